@@ -1,0 +1,1 @@
+"""Build system for the SGLang image for NVIDIA Blackwell workstation GPUs (sm_120)."""

@@ -1,0 +1,70 @@
+"""`build.py`: a thin argparse front over the sm120 package. Subcommands live in sm120/commands/."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from .errors import CheckFailed, UsageError
+
+# Subcommand modules, in the order `--help` lists them.
+COMMANDS = ["plan", "patches", "base", "build", "verify", "bench"]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (exit 2), without the usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def add_config_args(parser: argparse.ArgumentParser, *, sglang: bool = True, profile: bool = True) -> None:
+    """The options every plan-reading subcommand shares."""
+    parser.add_argument("--config", metavar="FILE", help="build.toml to read (default: the checkout's)")
+    if profile:
+        parser.add_argument("--profile", metavar="NAME", help="profile from build.toml (default: defaults.profile)")
+    if sglang:
+        parser.add_argument("--sglang", metavar="VERSION", help="SGLang track (default: defaults.sglang)")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="build.py", description=__doc__)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"sm120.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"sm120.commands.{name}":
+                continue  # not written yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"build.py {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except CheckFailed as exc:
+        print(f"build.py {args.command}: failed: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"build.py {args.command}: interrupted", file=sys.stderr)
+        return 130

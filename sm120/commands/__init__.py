@@ -1,0 +1,1 @@
+"""One module per `build.py` subcommand; each exposes `register(subparsers)`."""

@@ -1,0 +1,38 @@
+"""`build.py plan`: print the resolved build plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .. import config as cfg
+from .. import plan as planmod
+from ..cli import add_config_args, positive_int
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="print the resolved build plan", description=__doc__)
+    add_config_args(p)
+    p.add_argument("--max-jobs", type=positive_int, metavar="N", help="override the derived compile parallelism")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def load_plan(args: argparse.Namespace) -> planmod.Plan:
+    """Config + plan from the shared options; every subcommand that needs a plan calls this."""
+    config = cfg.load(args.config)
+    return planmod.resolve(
+        config,
+        profile=getattr(args, "profile", None),
+        sglang=getattr(args, "sglang", None),
+        max_jobs=getattr(args, "max_jobs", None),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = load_plan(args)
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+    else:
+        print(planmod.render(plan))
+    return 0

@@ -1,0 +1,15 @@
+"""Errors that the CLI turns into one line on stderr and an exit status, never a traceback."""
+
+from __future__ import annotations
+
+
+class UsageError(Exception):
+    """Bad input from the user (a flag, build.toml, a version): exit status 2."""
+
+    exit_code = 2
+
+
+class CheckFailed(Exception):
+    """A check or build that ran and failed (a patch conflict, a failed stage): exit status 1."""
+
+    exit_code = 1
