@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import UsageError
 
@@ -82,13 +82,43 @@ class SglKernel(_Strict):
     pypi_archs: list[str]
 
 
-class RuntimeRule(_Strict):
-    """What sm_120 needs from a track at run time, applied by the entrypoint (the user can override)."""
+# When a runtime rule applies (all listed conditions must hold): "nvfp4" = the target is a ModelOpt NVFP4
+# checkpoint (what SGLang calls modelopt_fp4 / modelopt_mixed); "tp>1" = tensor parallelism over several GPUs;
+# "single-node" = NNODES is 1.
+RuleCondition = Literal["always", "nvfp4", "tp>1", "single-node"]
 
-    when: Literal["always", "nvfp4", "tp>1"] = "always"
+
+class RuntimeRule(_Strict):
+    """What sm_120 needs from a track at run time, applied by the entrypoint (the user can override).
+
+    `name` is how a user turns the rule off (SKIP_RUNTIME_RULES=name). `requires_patch` names a patch whose
+    change must be in the installed SGLang (checked at run time with that patch's upstream_check), whether
+    this image applied it or upstream already has it.
+    """
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    when: RuleCondition | list[RuleCondition] = "always"
     env: dict[str, str] = {}
     args: list[str] = []
+    requires_patch: str | None = None
     reason: str = Field(min_length=1)
+
+    @field_validator("args")
+    @classmethod
+    def _starts_with_option(cls, args: list[str]) -> list[str]:
+        if args and not args[0].startswith("--"):
+            raise ValueError(f"{args[0]!r} is not an SGLang option (args start with '--')")
+        return args
+
+    @model_validator(mode="after")
+    def _does_something(self) -> RuntimeRule:
+        if not self.env and not self.args:
+            raise ValueError(f"rule {self.name!r} sets neither env nor args")
+        return self
+
+    @property
+    def conditions(self) -> list[str]:
+        return list(self.when) if isinstance(self.when, list) else [self.when]
 
 
 class LeftOut(_Strict):
@@ -128,10 +158,17 @@ class Profile(_Strict):
     flash_attn: FlashAttnKernels
 
 
+class LocalBases(_Strict):
+    debian_suite: str = Field(pattern=r"^[a-z]+$")
+    debian_mirror: str = Field(pattern=r"^https?://")
+    runtime_components: list[str] = Field(min_length=1)
+    devel_components: list[str] = Field(min_length=1)
+
+
 class Mode(_Strict):
     summary: str
     args: list[str] = []
-    draft: bool = False
+    draft: bool = False  # needs DRAFT_MODEL_PATH, an EAGLE-3 drafter (the entrypoint checks its config.json)
     spec_num_steps: int | None = Field(default=None, ge=1)
     spec_eagle_topk: int | None = Field(default=None, ge=1)
     spec_num_draft_tokens: int | None = Field(default=None, ge=1)
@@ -175,11 +212,18 @@ class Patch(_Strict):
     component: Literal["sglang", "flash-attn"]
     summary: str
     upstream: str
-    upstream_check: UpstreamCheck | None = None
+    # One check, or a list of checks that must ALL hold (a change that spans several files).
+    upstream_check: UpstreamCheck | list[UpstreamCheck] | None = None
     variants: list[PatchVariant] = Field(min_length=1)
 
     def variant_for(self, version: str) -> PatchVariant | None:
         return next((v for v in self.variants if v.matches(version)), None)
+
+    @property
+    def upstream_checks(self) -> list[UpstreamCheck]:
+        if self.upstream_check is None:
+            return []
+        return self.upstream_check if isinstance(self.upstream_check, list) else [self.upstream_check]
 
 
 class Config(_Strict):
@@ -192,6 +236,7 @@ class Config(_Strict):
     profiles: dict[str, Profile] = Field(min_length=1)
     modes: dict[str, Mode] = Field(min_length=1)
     patches: dict[str, Patch] = {}
+    local_bases: LocalBases
 
     # Set by `load`, not by the file.
     path: Path = Field(default=DEFAULT_CONFIG, exclude=True)
@@ -226,7 +271,9 @@ def _where(loc: tuple[Any, ...]) -> str:
 
 
 def _one_line(path: Path, exc: ValidationError) -> str:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # A typo shows up as an unknown key and a missing one: the unknown key is the useful half.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(err["loc"])
     where = _where(loc) or "(top level)"
     kind = err["type"]

@@ -15,6 +15,7 @@ from packaging.version import Version
 
 from . import resources as res
 from .config import Config, FlashAttnKernels, Profile, Track
+from .errors import UsageError
 
 ALL_HEAD_DIMS = [32, 64, 96, 128, 192, 256]
 
@@ -153,13 +154,16 @@ def _flash_attn(config: Config, track: Track, kernels: FlashAttnKernels) -> dict
 
 
 def _patches(config: Config, track: Track, version: str) -> tuple[list[PatchRef], list[SkippedPatch]]:
+    """The track's patches whose variant matches the version of the component they patch."""
+    component_version = {"sglang": version, "flash-attn": track.flash_attn}
     refs: list[PatchRef] = []
     skipped: list[SkippedPatch] = []
     for name in track.patches:
         patch = config.patch(name)
-        variant = patch.variant_for(version)
+        of = component_version[patch.component]
+        variant = patch.variant_for(of)
         if variant is None:
-            skipped.append(SkippedPatch(name, f"no variant for {version}; upstream: {patch.upstream}"))
+            skipped.append(SkippedPatch(name, f"no variant for {patch.component} {of}; upstream: {patch.upstream}"))
             continue
         path = config.root / variant.file
         refs.append(PatchRef(name, patch.component, variant.file, _sha256(path), patch.summary, patch.upstream))
@@ -178,6 +182,52 @@ def _differences(config: Config, name: str) -> list[str]:
         if key != "summary" and mine[key] != theirs[key]:
             out.append(f"{key}: {mine[key]!r} ({default}: {theirs[key]!r})")
     return out
+
+
+def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str]) -> dict[str, Any]:
+    """What docker/entrypoint.py reads from /etc/sglang-sm120/plan.json (its `entrypoint` key).
+
+    A rule's `requires_patch` becomes `requires`: that patch's upstream_check (files and patterns), which the
+    entrypoint matches against the installed SGLang, so the rule applies whether this image applied the patch
+    or upstream already has the change.
+    """
+    runtime: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for rule in track.runtime:
+        if rule.name in seen:
+            raise UsageError(f"{config.path.name}: two runtime rules of track {version} are named {rule.name!r}")
+        seen.add(rule.name)
+        requires = None
+        if rule.requires_patch:
+            patch = config.patch(rule.requires_patch)
+            if not patch.upstream_checks:
+                raise UsageError(
+                    f"{config.path.name}: runtime rule {rule.name!r} requires patch {rule.requires_patch!r}, "
+                    "which has no upstream_check to find its change in an installed SGLang"
+                )
+            requires = {
+                "patch": rule.requires_patch,
+                "checks": [check.model_dump() for check in patch.upstream_checks],
+            }
+        runtime.append(
+            {
+                "name": rule.name,
+                "when": rule.conditions,
+                "env": dict(rule.env),
+                "args": list(rule.args),
+                "requires": requires,
+                "reason": rule.reason,
+            }
+        )
+    return {
+        "sglang_version": version,
+        "cuda_archs": cuda_archs,
+        "port": config.image.port,
+        "cache_dir": config.image.cache_dir,
+        "modes": {name: mode.model_dump() for name, mode in config.modes.items()},
+        "runtime": runtime,
+        "left_out": [rule.model_dump() for rule in track.left_out],
+    }
 
 
 def resolve(
@@ -258,7 +308,6 @@ def resolve(
         "BASE_IMAGE": base_image,
         "RUNTIME_BASE_IMAGE": runtime_base_image,
         "PROFILE": profile_name,
-        "CUDA_VERSION": config.cuda.version,
         "PYTHON_VERSION": prof.python,
         "SGLANG_VERSION": version,
         "TORCH_VERSION": track.torch.version,
@@ -269,6 +318,7 @@ def resolve(
         "FLASH_ATTN_HEAD_DIMS": ",".join(map(str, flash_attn["head_dims"])),
         "FLASH_ATTN_DTYPES": ",".join(flash_attn["dtypes"]),
         "FLASH_ATTN_BACKWARD": "1" if flash_attn["backward"] else "0",
+        "FLASH_ATTN_PATCHES": " ".join(p.path for p in patches if p.component == "flash-attn"),
         "CXX_STD": str(track.cxx_std),
         "SGL_KERNEL_PACKAGE": sgl_kernel["package"],
         "SGL_KERNEL_VERSION": sgl_kernel["version"],
@@ -281,15 +331,7 @@ def resolve(
         "NVCC_THREADS": str(par.nvcc_threads),
     }
 
-    entrypoint = {
-        "sglang_version": version,
-        "cuda_archs": cuda_archs,
-        "port": config.image.port,
-        "cache_dir": config.image.cache_dir,
-        "modes": {name: mode.model_dump() for name, mode in config.modes.items()},
-        "runtime": [rule.model_dump() for rule in track.runtime],
-        "left_out": [rule.model_dump() for rule in track.left_out],
-    }
+    entrypoint = _entrypoint(config, track, version, cuda_archs)
 
     return Plan(
         profile=profile_name,

@@ -198,6 +198,6 @@ def parallelism(
     )
     if max_jobs_override is not None:
         return Parallelism(
-            max_jobs_override, nvcc_threads, f"--max-jobs {max_jobs_override} (rule gave {auto}: {reason})", warning
+            max_jobs_override, nvcc_threads, f"--max-jobs {max_jobs_override} (the rule gave {auto}: {reason})", warning
         )
     return Parallelism(auto, nvcc_threads, reason, warning)

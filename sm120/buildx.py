@@ -1,0 +1,155 @@
+"""`docker buildx build`, driven from Python: BuildKit's own progress output, and on failure one line naming
+the stage (and the patch, when the patch step failed).
+
+The docker SDK's build API drives the classic builder only (no secrets, no cache mounts), so BuildKit is
+reached through the buildx CLI plugin.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import CheckFailed, UsageError
+
+# Where the host keeps the CA bundle that pip should trust inside RUN steps (a TLS-intercepting proxy's CA
+# is in it on some machines). Passed as a BuildKit secret: used during the build, never stored in a layer.
+_CA_CANDIDATES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+_CA_DEFAULT = Path("/etc/ssl/certs/ca-certificates.crt")
+
+# Plain progress: "#12 [flash-attn 4/6] RUN ..." and, on failure, " > [flash-attn 4/6] RUN ...:".
+_STEP = re.compile(r"^#\d+ \[(?P<stage>[\w.-]+)(?: (?P<n>\d+)/(?P<m>\d+))?\] (?P<what>.*)$")
+_FAILED = re.compile(r"^(?:ERROR: .*)?\s*> \[(?P<stage>[\w.-]+)(?: (?P<n>\d+)/(?P<m>\d+))?\] (?P<what>.*?):?$")
+_PATCH_LINE = re.compile(r"build\.py patches: (?:failed|error): (?P<msg>.*)$")
+
+
+@dataclass
+class BuildRequest:
+    context: Path
+    dockerfile: Path
+    tags: Sequence[str] = ()
+    target: str | None = None
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cache_from: Sequence[str] = ()
+    cache_to: Sequence[str] = ()
+    push: bool = False
+    load: bool = True
+    sbom: bool = False
+    provenance: bool = False
+    metadata_file: Path | None = None
+    progress: str = "plain"
+    extra_secrets: Mapping[str, Path] = field(default_factory=dict)
+
+
+def ca_bundle() -> Path | None:
+    for name in _CA_CANDIDATES:
+        value = os.environ.get(name)
+        if value and Path(value).is_file():
+            return Path(value)
+    return _CA_DEFAULT if _CA_DEFAULT.is_file() else None
+
+
+def ensure_buildx() -> list[str]:
+    """The command prefix for BuildKit builds, or a UsageError that says how to get buildx."""
+    docker = shutil.which("docker")
+    if docker is None:
+        raise UsageError("docker is not on PATH: install the Docker CLI (./dev setup does)")
+    probe = subprocess.run([docker, "buildx", "version"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        raise UsageError(
+            "docker buildx is missing: run ./dev setup (installs the docker-buildx CLI plugin) "
+            "or install buildx from your Docker distribution"
+        )
+    return [docker, "buildx", "build"]
+
+
+def command(req: BuildRequest) -> list[str]:
+    cmd = ensure_buildx()
+    cmd += ["--progress", req.progress, "--file", str(req.dockerfile)]
+    if req.target:
+        cmd += ["--target", req.target]
+    for tag in req.tags:
+        cmd += ["--tag", tag]
+    for key, value in req.build_args.items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    for key, value in req.labels.items():
+        cmd += ["--label", f"{key}={value}"]
+    for spec in req.cache_from:
+        cmd += ["--cache-from", spec]
+    for spec in req.cache_to:
+        cmd += ["--cache-to", spec]
+    bundle = ca_bundle()
+    if bundle is not None:
+        cmd += ["--secret", f"id=ca_bundle,src={bundle}"]
+    for sid, src in req.extra_secrets.items():
+        cmd += ["--secret", f"id={sid},src={src}"]
+    if req.sbom:
+        cmd += ["--sbom=true"]
+    if req.provenance:
+        cmd += ["--provenance=mode=max"]
+    if req.metadata_file is not None:
+        cmd += ["--metadata-file", str(req.metadata_file)]
+    if req.push:
+        cmd += ["--push"]
+    elif req.load:
+        cmd += ["--load"]
+    cmd.append(str(req.context))
+    return cmd
+
+
+def failure_summary(lines: Iterable[str]) -> str:
+    """One line naming the failed stage and step (and patch), from BuildKit's plain output."""
+    failed: re.Match[str] | None = None
+    patch_msg: str | None = None
+    for line in lines:
+        m = _FAILED.match(line)
+        if m:
+            failed = m
+        p = _PATCH_LINE.search(line)
+        if p:
+            patch_msg = p.group("msg").strip()
+    if failed is None:
+        return "the build failed before any stage ran (see BuildKit's output above)"
+    stage = failed.group("stage")
+    where = f"stage '{stage}'"
+    if failed.group("n"):
+        where += f" step {failed.group('n')}/{failed.group('m')}"
+    what = failed.group("what").strip()
+    if len(what) > 100:
+        what = what[:97] + "..."
+    summary = f"{where} failed: {what}"
+    if patch_msg:
+        summary += f" | {patch_msg}"
+    return summary
+
+
+def run(req: BuildRequest, *, echo: bool = True) -> None:
+    """Run the build, streaming BuildKit's output; raise CheckFailed with the failed stage on error."""
+    cmd = command(req)
+    env = dict(os.environ, DOCKER_BUILDKIT="1", BUILDKIT_PROGRESS=req.progress)
+    tail: deque[str] = deque(maxlen=4000)
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env, bufsize=1
+    ) as proc:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                tail.append(line.rstrip("\n"))
+                if echo:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait()
+            raise
+        code = proc.wait()
+    if code != 0:
+        raise CheckFailed(failure_summary(tail))

@@ -1,0 +1,97 @@
+"""`build.py build`: the image, with BuildKit, from the resolved plan."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+from pathlib import Path
+
+from .. import bases, buildx
+from .. import config as cfg
+from .. import plan as planmod
+from ..cli import add_config_args, positive_int
+from ..errors import UsageError
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+WHEELHOUSE = ROOT / ".wheelhouse"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("build", help="build the image (BuildKit)", description=__doc__)
+    add_config_args(p)
+    p.add_argument("--max-jobs", type=positive_int, metavar="N", help="override the derived compile parallelism")
+    p.add_argument("--tag", action="append", default=[], metavar="TAG", help="an extra tag (repeatable)")
+    p.add_argument("--registry", metavar="PREFIX", help="prefix the plan's tags, e.g. ghcr.io/OWNER")
+    p.add_argument("--push", action="store_true", help="push instead of loading into the local engine")
+    p.add_argument("--cache-from", action="append", default=[], metavar="SPEC", help="buildx --cache-from")
+    p.add_argument("--cache-to", action="append", default=[], metavar="SPEC", help="buildx --cache-to")
+    p.add_argument("--wheelhouse", type=Path, metavar="DIR", help="prebuilt wheels to reuse (skips compiles)")
+    p.add_argument("--target", metavar="STAGE", help="stop at this Dockerfile stage")
+    p.add_argument("--sbom", action="store_true", help="attach an SBOM attestation (needs a container builder)")
+    p.add_argument("--provenance", action="store_true", help="attach a provenance attestation")
+    p.add_argument("--metadata-file", type=Path, metavar="FILE", help="write buildx's metadata (image digest)")
+    p.add_argument("--progress", default="plain", choices=["plain", "auto", "tty"], help="BuildKit's progress")
+    p.add_argument("--print", dest="print_only", action="store_true", help="print the buildx command, build nothing")
+    p.set_defaults(func=run)
+
+
+def _stage_wheelhouse(source: Path | None) -> None:
+    """The Dockerfile bind-mounts .wheelhouse/ from the context: fill it with the user's wheels (or empty it)."""
+    WHEELHOUSE.mkdir(exist_ok=True)
+    for old in WHEELHOUSE.glob("*.whl"):
+        old.unlink()
+    if source is None:
+        return
+    if not source.is_dir():
+        raise UsageError(f"--wheelhouse {source}: not a directory")
+    wheels = sorted(source.glob("*.whl"))
+    if not wheels:
+        raise UsageError(f"--wheelhouse {source}: holds no .whl files")
+    for wheel in wheels:
+        try:
+            (WHEELHOUSE / wheel.name).hardlink_to(wheel)
+        except OSError:
+            shutil.copy2(wheel, WHEELHOUSE / wheel.name)
+    print(f"wheelhouse: {len(wheels)} wheels from {source}")
+
+
+def tags_for(plan: planmod.Plan, registry: str | None, extra: list[str]) -> list[str]:
+    prefix = f"{registry.rstrip('/')}/" if registry else ""
+    return [prefix + t for t in plan.tags] + list(extra)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = cfg.load(args.config)
+    plan = planmod.resolve(config, profile=args.profile, sglang=args.sglang, max_jobs=args.max_jobs)
+    request = buildx.BuildRequest(
+        context=config.root,
+        dockerfile=config.root / "Dockerfile",
+        tags=tags_for(plan, args.registry, args.tag),
+        target=args.target,
+        build_args=plan.build_args,
+        labels=plan.labels,
+        cache_from=args.cache_from,
+        cache_to=args.cache_to,
+        push=args.push,
+        sbom=args.sbom,
+        provenance=args.provenance,
+        metadata_file=args.metadata_file,
+        progress=args.progress,
+    )
+    if args.print_only:
+        print(shlex.join(buildx.command(request)))
+        return 0
+    if plan.bases == "local":
+        bases.make(config, config.profile(plan.profile))
+    _stage_wheelhouse(args.wheelhouse)
+    for warning in plan.warnings:
+        print(f"warning: {warning}")
+    print(
+        f"building {', '.join(request.tags)} ({plan.profile}, SGLang {plan.sglang_version}, "
+        f"max_jobs {plan.max_jobs}, nvcc_threads {plan.nvcc_threads})",
+        flush=True,
+    )
+    buildx.run(request)
+    print(f"built {', '.join(request.tags)}")
+    return 0

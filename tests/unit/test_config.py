@@ -1,0 +1,127 @@
+"""build.toml loading: the real file is valid, and every kind of bad input is one clear UsageError."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sm120 import config as cfg
+from sm120.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_config(tmp_path: Path, text: str | None = None, edit=None) -> Path:
+    """A copy of the real build.toml (and the patch files it names) in tmp_path, optionally edited."""
+    source = (ROOT / "build.toml").read_text()
+    if edit is not None:
+        source = edit(source)
+    if text is not None:
+        source = text
+    for patch in (ROOT / "patches").rglob("*.patch"):
+        target = tmp_path / patch.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(patch.read_bytes())
+    path = tmp_path / "build.toml"
+    path.write_text(source)
+    return path
+
+
+def test_real_build_toml_loads():
+    config = cfg.load(ROOT / "build.toml")
+    assert config.cuda.version == "13.0.1"
+    assert config.cuda.archs == ["12.0"]
+    assert config.defaults.sglang in config.tracks
+    assert {"0.5.9", "0.5.23"} <= set(config.tracks)
+    assert {"release", "offline"} <= set(config.profiles)
+    assert config.modes["eagle3"].spec_num_steps == 2
+    assert config.modes["eagle3"].spec_eagle_topk == 4
+    assert config.modes["eagle3"].spec_num_draft_tokens == 16
+
+
+def test_track_pins_match_findings():
+    config = cfg.load(ROOT / "build.toml")
+    old, new = config.tracks["0.5.9"], config.tracks["0.5.23"]
+    assert (old.torch.version, old.sgl_kernel.package, old.sgl_kernel.version, old.flashinfer, old.flash_attn) == (
+        "2.9.1", "sgl-kernel", "0.3.21", "0.6.3", "2.8.3")
+    assert (new.torch.version, new.sgl_kernel.package, new.sgl_kernel.version, new.flashinfer, new.flash_attn) == (
+        "2.14.1", "sglang-kernel", "0.4.10", "0.7.2", "2.8.3")
+
+
+def one_line_error(path: Path) -> str:
+    with pytest.raises(UsageError) as info:
+        cfg.load(path)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_missing_file(tmp_path):
+    assert "no such file" in one_line_error(tmp_path / "nope.toml")
+
+
+def test_malformed_toml(tmp_path):
+    message = one_line_error(write_config(tmp_path, text="[project\nname = 1"))
+    assert message.startswith(str(tmp_path / "build.toml")) and "not valid TOML" in message
+
+
+def test_unknown_top_level_section(tmp_path):
+    message = one_line_error(write_config(tmp_path, edit=lambda s: s + "\n[surprise]\nx = 1\n"))
+    assert "unknown key surprise" in message and "allowed:" in message and "tracks" in message
+
+
+def test_typo_in_a_track_names_the_key_and_the_allowed_ones(tmp_path):
+    message = one_line_error(write_config(tmp_path, edit=lambda s: s.replace('flashinfer = "0.6.3"', 'flashinfr = "0.6.3"')))
+    assert 'tracks."0.5.9".flashinfr' in message
+    assert "flashinfer" in message.split("allowed:")[1]
+
+
+def test_typo_in_a_nested_table(tmp_path):
+    message = one_line_error(write_config(tmp_path, edit=lambda s: s.replace('pypi_cuda = "12.8"', 'pypi_cud = "12.8"')))
+    assert 'tracks."0.5.9".torch.pypi_cud' in message
+    assert "pypi_cuda" in message
+
+
+def test_wrong_type(tmp_path):
+    message = one_line_error(write_config(tmp_path, edit=lambda s: s.replace("uid = 1000", 'uid = "root"')))
+    assert "image.uid" in message and "'root'" in message
+
+
+def test_bad_arch(tmp_path):
+    message = one_line_error(write_config(tmp_path, edit=lambda s: s.replace('archs = ["12.0"]', 'archs = ["sm_120"]')))
+    assert "cuda.archs" in message and "compute capability" in message
+
+
+def test_missing_patch_file(tmp_path):
+    path = write_config(tmp_path)
+    victim = tmp_path / "patches/sglang/kimi-k25-eagle3-delegation/0.5.9.patch"
+    victim.unlink()
+    message = one_line_error(path)
+    assert "kimi-k25-eagle3-delegation" in message and "no such file" in message
+
+
+def test_track_names_unknown_patch(tmp_path):
+    message = one_line_error(
+        write_config(tmp_path, edit=lambda s: s.replace('"torch-symm-mem-sm120", "flash', '"no-such-patch", "flash', 1))
+    )
+    assert "no-such-patch" in message and "[patches.no-such-patch]" in message
+
+
+def test_default_profile_must_exist(tmp_path):
+    message = one_line_error(write_config(tmp_path, edit=lambda s: s.replace('profile = "release"', 'profile = "prod"')))
+    assert "defaults.profile" in message and "release" in message
+
+
+def test_bad_version_range(tmp_path):
+    message = one_line_error(write_config(tmp_path, edit=lambda s: s.replace('versions = ">=0.5.9"', 'versions = "0.5.9+"')))
+    assert "version range" in message
+
+
+def test_unknown_track_and_profile_lookups():
+    config = cfg.load(ROOT / "build.toml")
+    with pytest.raises(UsageError, match=re.escape("no track for SGLang '9.9.9'")):
+        config.track("9.9.9")
+    with pytest.raises(UsageError, match="unknown profile 'nightly'"):
+        config.profile("nightly")

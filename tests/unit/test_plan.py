@@ -1,0 +1,134 @@
+"""Plan resolution for every track/profile pair, from the real build.toml."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sm120 import config as cfg
+from sm120 import plan as planmod
+from sm120 import resources as res
+from tests.helpers import run_build_py
+
+ROOT = Path(__file__).resolve().parents[2]
+MACHINE = res.Resources(cpus=2, memory_bytes=24 * 1024**3, source="test")
+REQUIRED = {
+    "profile", "sglang_version", "cuda_version", "torch_version", "flash_attn_version", "cuda_archs", "base_image",
+    "runtime_base_image", "patches", "max_jobs", "nvcc_threads", "tags", "labels",
+}
+
+
+@pytest.fixture(scope="module")
+def config() -> cfg.Config:
+    return cfg.load(ROOT / "build.toml")
+
+
+@pytest.mark.parametrize("profile", ["release", "offline"])
+@pytest.mark.parametrize("sglang", ["0.5.9", "0.5.23"])
+def test_every_pair_resolves_with_the_required_keys(config, profile, sglang):
+    plan = planmod.resolve(config, profile=profile, sglang=sglang, machine=MACHINE).to_dict()
+    assert REQUIRED <= set(plan)
+    assert plan["profile"] == profile and plan["sglang_version"] == sglang
+    assert plan["cuda_version"] == "13.0.1" and plan["cuda_archs"] == ["12.0"]
+    for patch in plan["patches"]:
+        assert set(patch) >= {"name", "path", "sha256"}
+        assert len(patch["sha256"]) == 64 and (ROOT / patch["path"]).is_file()
+    assert plan["labels"]["sglang-sm120.sglang.version"] == sglang
+    assert plan["labels"]["sglang-sm120.cuda.version"] == "13.0.1"
+    assert plan["labels"]["sglang-sm120.profile"] == profile
+
+
+def test_release_is_cuda13_end_to_end(config):
+    for sglang in ("0.5.9", "0.5.23"):
+        plan = planmod.resolve(config, profile="release", sglang=sglang, machine=MACHINE)
+        assert plan.torch_cuda == "13.0"
+        assert plan.stand_ins == []
+        assert plan.sgl_kernel["source"] == "source" and plan.sgl_kernel["archs"] == ["sm_120a"]
+        assert plan.flash_attn["head_dims"] == [32, 64, 96, 128, 192, 256]
+
+
+def test_offline_says_what_is_a_stand_in(config):
+    old = planmod.resolve(config, profile="offline", sglang="0.5.9", machine=MACHINE)
+    assert old.torch_cuda == "12.8" and old.torch_index is None
+    assert any("torch 2.9.1" in s for s in old.stand_ins)
+    assert any("sgl-kernel 0.3.21" in s for s in old.stand_ins)
+    assert "stand-in" in old.labels["sglang-sm120.stand-ins"]
+    new = planmod.resolve(config, profile="offline", sglang="0.5.23", machine=MACHINE)
+    assert new.torch_cuda == "13.0" and new.stand_ins == []
+    assert "sm_120a" in new.sgl_kernel["archs"]
+
+
+def test_offline_differences_are_derived_from_the_profiles(config):
+    plan = planmod.resolve(config, profile="offline", machine=MACHINE)
+    keys = {d.split(":")[0] for d in plan.differences}
+    assert {"base_image", "runtime_base_image", "bases", "sgl_kernel", "flash_attn"} <= keys
+    assert planmod.resolve(config, profile="release", machine=MACHINE).differences == []
+
+
+def test_delegation_patch_is_skipped_where_no_variant_applies(config):
+    plan = planmod.resolve(config, profile="offline", sglang="0.5.23", machine=MACHINE)
+    assert "kimi-k25-eagle3-delegation" not in [p.name for p in plan.patches]
+    assert [s.name for s in plan.patches_skipped] == ["kimi-k25-eagle3-delegation"]
+    old = planmod.resolve(config, profile="offline", sglang="0.5.9", machine=MACHINE)
+    assert "kimi-k25-eagle3-delegation" in [p.name for p in old.patches]
+
+
+def test_flash_attn_patch_is_chosen_by_flash_attn_version(config):
+    plan = planmod.resolve(config, profile="offline", sglang="0.5.23", machine=MACHINE)
+    fa = [p for p in plan.patches if p.component == "flash-attn"]
+    assert [p.path for p in fa] == ["patches/flash-attn/2.8.3/kernel-subset.patch"]
+    assert plan.build_args["FLASH_ATTN_PATCHES"] == "patches/flash-attn/2.8.3/kernel-subset.patch"
+    assert plan.build_args["CXX_STD"] == "20"
+
+
+def test_build_args_and_labels_come_from_the_same_values(config):
+    plan = planmod.resolve(config, profile="offline", sglang="0.5.23", machine=MACHINE)
+    args, labels = plan.build_args, plan.labels
+    assert args["TORCH_VERSION"] == labels["sglang-sm120.torch.version"] == "2.14.1"
+    assert args["SGL_KERNEL_VERSION"] == labels["sglang-sm120.sgl-kernel.version"] == "0.4.10"
+    assert args["FLASH_ATTN_HEAD_DIMS"] == "128"
+    assert plan.tags == ["sglang-sm120:0.5.23-cu13.0.1-offline"]
+
+
+def test_max_jobs_override_and_machine_rule(config):
+    assert planmod.resolve(config, max_jobs=5, machine=MACHINE).max_jobs == 5
+    small = res.Resources(cpus=16, memory_bytes=8 * 1024**3, source="test")
+    assert planmod.resolve(config, machine=small).max_jobs == 1
+
+
+def test_plan_cli_json_and_text():
+    out = run_build_py("plan", "--json", "--sglang", "0.5.23", "--profile", "offline")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["sglang_version"] == "0.5.23" and plan["tracks"] == ["0.5.9", "0.5.23"]
+    text = run_build_py("plan")
+    assert text.returncode == 0 and "max_jobs" in text.stdout and "patches" in text.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["plan", "--max-jobs", "0"], "must be a positive integer"),
+        (["plan", "--max-jobs", "two"], "must be a positive integer"),
+        (["plan", "--sglang", "9.9.9"], "no track for SGLang '9.9.9'"),
+        (["plan", "--profile", "nightly"], "unknown profile 'nightly'"),
+        (["plan", "--config", "/nonexistent/build.toml"], "no such file"),
+        (["plan", "--bogus"], "unrecognized arguments"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, needle):
+    out = run_build_py(*args)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_malformed_config_file_exits_2(tmp_path):
+    bad = tmp_path / "build.toml"
+    bad.write_text("[project]\nname = ")
+    out = run_build_py("plan", "--config", str(bad))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "not valid TOML" in out.stderr
