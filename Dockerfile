@@ -54,6 +54,7 @@ ARG FLASH_ATTN_HEAD_DIMS=32,64,96,128,192,256
 ARG FLASH_ATTN_DTYPES=fp16,bf16
 ARG FLASH_ATTN_BACKWARD=0
 ARG FLASH_ATTN_PATCHES=patches/flash-attn/2.8.3/kernel-subset.patch
+ARG FLASH_ATTN_ALLOW_CUDA_MISMATCH=0
 ARG CXX_STD=17
 ARG MAX_JOBS
 ARG NVCC_THREADS=1
@@ -144,6 +145,7 @@ COPY --from=patched /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/ 
      /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/
 COPY --from=patched /etc/sglang-sm120/plan.json /etc/sglang-sm120/plan.json
 COPY docker/entrypoint.py /opt/sglang-sm120/entrypoint.py
+COPY docker/entrypoint/ /opt/sglang-sm120/entrypoint/
 RUN useradd --uid "${IMAGE_UID}" --create-home --shell /bin/bash "${IMAGE_USER}" \
  && mkdir -p "${CACHE_DIR}" \
  && chown "${IMAGE_USER}:${IMAGE_USER}" "${CACHE_DIR}" \

@@ -66,6 +66,7 @@ class Cuda(_Strict):
 
 class Parallelism(_Strict):
     compile_job_memory_gib: float = Field(gt=0)
+    compile_job_memory_gib_backward: float = Field(gt=0)
     memory_fraction: float = Field(gt=0, le=1)
     nvcc_threads_max: int = Field(ge=1)
 

@@ -244,6 +244,11 @@ def resolve(
     track = config.track(version)
 
     torch_cuda, torch_index, stand_ins = _torch(config, track, prof)
+    if torch_cuda.split(".")[0] != config.cuda.version.split(".")[0]:
+        stand_ins.append(
+            f"flash-attn is compiled with CUDA {config.cuda.version}'s nvcc against torch's CUDA {torch_cuda} "
+            "headers (no CUDA 12 compiler is on PyPI): torch's version guard is lifted for this build only"
+        )
     sgl_kernel, sk_notes, warnings = _sgl_kernel(config, track, prof)
     stand_ins += sk_notes
     flash_attn = _flash_attn(config, track, prof.flash_attn)
@@ -252,7 +257,11 @@ def resolve(
     machine = machine or res.detect()
     par = res.parallelism(
         machine,
-        job_memory_gib=config.parallelism.compile_job_memory_gib,
+        job_memory_gib=(
+            config.parallelism.compile_job_memory_gib_backward
+            if flash_attn["backward"]
+            else config.parallelism.compile_job_memory_gib
+        ),
         memory_fraction=config.parallelism.memory_fraction,
         nvcc_threads_max=config.parallelism.nvcc_threads_max,
         gencode_targets=len(config.cuda.archs),
@@ -319,6 +328,7 @@ def resolve(
         "FLASH_ATTN_DTYPES": ",".join(flash_attn["dtypes"]),
         "FLASH_ATTN_BACKWARD": "1" if flash_attn["backward"] else "0",
         "FLASH_ATTN_PATCHES": " ".join(p.path for p in patches if p.component == "flash-attn"),
+        "FLASH_ATTN_ALLOW_CUDA_MISMATCH": "1" if torch_cuda.split(".")[0] != config.cuda.version.split(".")[0] else "0",
         "CXX_STD": str(track.cxx_std),
         "SGL_KERNEL_PACKAGE": sgl_kernel["package"],
         "SGL_KERNEL_VERSION": sgl_kernel["version"],

@@ -15,7 +15,7 @@ pip_install() {
     if compgen -G "$WHEELHOUSE/*.whl" >/dev/null; then
         find_links=(--find-links "$WHEELHOUSE")
     fi
-    pip install --progress-bar off "${find_links[@]}" "$@"
+    python3 -m pip install --progress-bar off "${find_links[@]}" "$@"
 }
 
 # wheelhouse_wheel DIST VERSION: the path of a prebuilt wheel for DIST==VERSION in the wheelhouse, if any.

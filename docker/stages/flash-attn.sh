@@ -6,7 +6,8 @@
 # Environment (build args from the plan):
 #   FLASH_ATTN_VERSION, FLASH_ATTN_CUDA_ARCHS ("120"), FLASH_ATTN_HEAD_DIMS ("128" or "32,...,256"),
 #   FLASH_ATTN_DTYPES ("bf16"), FLASH_ATTN_BACKWARD (0/1), FLASH_ATTN_PATCHES (space-separated paths under
-#   PATCH_ROOT, applied in order), CXX_STD (17/20), MAX_JOBS, NVCC_THREADS, OUT_DIR.
+#   PATCH_ROOT, applied in order), CXX_STD (17/20), MAX_JOBS, NVCC_THREADS, OUT_DIR,
+#   FLASH_ATTN_ALLOW_CUDA_MISMATCH (1 only for a stand-in track: a CUDA 12 torch with a CUDA 13 nvcc).
 #   Optional: FLASH_ATTN_SDIST (a downloaded sdist: no network needed), WHEELHOUSE (prebuilt wheels).
 set -euo pipefail
 STAGE=flash-attn
@@ -30,7 +31,7 @@ work=$(mktemp -d)
 if [ -z "${FLASH_ATTN_SDIST:-}" ]; then
     log "downloading the flash-attn $FLASH_ATTN_VERSION sdist"
     # Preparing the sdist's metadata runs its setup.py, which imports torch: no build isolation.
-    FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE pip download -q --no-deps --no-binary :all: --no-build-isolation \
+    FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE python3 -m pip download -q --no-deps --no-binary :all: --no-build-isolation \
         -d "$work/dl" "flash-attn==$FLASH_ATTN_VERSION"
     FLASH_ATTN_SDIST=$(echo "$work"/dl/flash_attn-*.tar.gz)
 fi
@@ -38,7 +39,11 @@ tar -xzf "$FLASH_ATTN_SDIST" -C "$work"
 src=$(echo "$work"/flash_attn-"$FLASH_ATTN_VERSION")
 for patch in ${FLASH_ATTN_PATCHES:-}; do
     log "applying $patch"
-    git -C "$src" apply --verbose "$PATCH_ROOT/$patch"
+    if command -v git >/dev/null; then
+        git -C "$src" apply --verbose "$PATCH_ROOT/$patch"
+    else  # machines without git (the H200 lender): GNU patch reads the same unified diff
+        patch -d "$src" -p1 --forward --batch < "$PATCH_ROOT/$patch"
+    fi
 done
 
 # ccache in front of nvcc (torch's cpp_extension honours PYTORCH_NVCC) when the build has it.
@@ -47,13 +52,14 @@ if command -v ccache >/dev/null; then
 fi
 export FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CXX_STD="$CXX_STD" \
        FLASH_ATTN_CUDA_ARCHS FLASH_ATTN_HEAD_DIMS FLASH_ATTN_DTYPES FLASH_ATTN_BACKWARD \
+       FLASH_ATTN_ALLOW_CUDA_MISMATCH="${FLASH_ATTN_ALLOW_CUDA_MISMATCH:-0}" \
        MAX_JOBS="${MAX_JOBS:-$(nproc)}" NVCC_THREADS="${NVCC_THREADS:-1}"
 log "compiling for sm_${FLASH_ATTN_CUDA_ARCHS//;/, sm_}: head dims $FLASH_ATTN_HEAD_DIMS, $FLASH_ATTN_DTYPES," \
     "backward=$FLASH_ATTN_BACKWARD, C++$CXX_STD, MAX_JOBS=$MAX_JOBS, NVCC_THREADS=$NVCC_THREADS"
 started=$(date +%s)
 # The full log goes to a file; BuildKit's output shows ninja's progress, one line per compiled file.
 set +e +o pipefail
-(cd "$src" && pip wheel -v --no-deps --no-build-isolation -w "$OUT_DIR" .) 2>&1 | tee "$work/build.log" \
+(cd "$src" && python3 -m pip wheel -v --no-deps --no-build-isolation -w "$OUT_DIR" .) 2>&1 | tee "$work/build.log" \
     | grep --line-buffered -E '^\[[0-9]+/[0-9]+\] ' | sed -u -E 's#^(\[[0-9]+/[0-9]+\]) .* -c ([^ ]+) .*#\1 \2#'
 rc=${PIPESTATUS[0]}
 set -e -o pipefail

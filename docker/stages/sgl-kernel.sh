@@ -24,7 +24,7 @@ fi
 case "$SGL_KERNEL_SOURCE" in
 pypi)
     log "taking $SGL_KERNEL_PACKAGE==$SGL_KERNEL_VERSION from PyPI"
-    pip download -q --no-deps --only-binary :all: -d "$OUT_DIR" "$SGL_KERNEL_PACKAGE==$SGL_KERNEL_VERSION"
+    python3 -m pip download -q --no-deps --only-binary :all: -d "$OUT_DIR" "$SGL_KERNEL_PACKAGE==$SGL_KERNEL_VERSION"
     ;;
 source)
     work=$(mktemp -d)
@@ -42,7 +42,7 @@ source)
     pip_install -q scikit-build-core cmake
     export CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS:-$(nproc)}"
     log "compiling sgl-kernel for sm_120a (MAX_JOBS=$CMAKE_BUILD_PARALLEL_LEVEL, NVCC_THREADS=${NVCC_THREADS:-1})"
-    pip wheel -v --no-deps --no-build-isolation -w "$OUT_DIR" \
+    python3 -m pip wheel -v --no-deps --no-build-isolation -w "$OUT_DIR" \
         -Ccmake.define.ENABLE_BELOW_SM90=OFF \
         -Ccmake.define.SGL_KERNEL_ENABLE_FA3=OFF \
         -Ccmake.define.SGL_KERNEL_COMPILE_THREADS="${NVCC_THREADS:-1}" \

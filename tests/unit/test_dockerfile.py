@@ -44,5 +44,5 @@ def test_no_syntax_line_and_stage_comments():
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("FROM "):
-            before = "\n".join(lines[max(0, i - 3):i])
+            before = "\n".join(lines[max(0, i - 3) : i])
             assert "# ----" in before, f"stage at line {i + 1} has no comment saying why it exists"

@@ -32,7 +32,9 @@ def test_no_limits_uses_affinity_and_memtotal(tmp_path):
 
 def test_cgroup_v2_limits_along_the_path(tmp_path):
     proc, sysfs = fake_machine(
-        tmp_path, mem_gib=256, cgroup="0::/ci/job\n",
+        tmp_path,
+        mem_gib=256,
+        cgroup="0::/ci/job\n",
         files={
             "cgroup.controllers": "cpu memory",
             "ci/cpu.max": "800000 100000",  # 8 CPUs at the parent
@@ -49,7 +51,9 @@ def test_cgroup_v2_limits_along_the_path(tmp_path):
 
 def test_cgroup_v1_quota_and_memory(tmp_path):
     proc, sysfs = fake_machine(
-        tmp_path, mem_gib=64, cgroup="4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n",
+        tmp_path,
+        mem_gib=64,
+        cgroup="4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n",
         files={
             "cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "250000",
             "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000",
@@ -64,9 +68,14 @@ def test_cgroup_v1_quota_and_memory(tmp_path):
 
 def test_cgroup_v1_unlimited(tmp_path):
     proc, sysfs = fake_machine(
-        tmp_path, mem_gib=24, cgroup="3:cpu,cpuacct:/\n4:memory:/\n",
-        files={"cpu,cpuacct/cpu.cfs_quota_us": "-1", "cpu,cpuacct/cpu.cfs_period_us": "100000",
-               "memory/memory.limit_in_bytes": str(9223372036854771712)},
+        tmp_path,
+        mem_gib=24,
+        cgroup="3:cpu,cpuacct:/\n4:memory:/\n",
+        files={
+            "cpu,cpuacct/cpu.cfs_quota_us": "-1",
+            "cpu,cpuacct/cpu.cfs_period_us": "100000",
+            "memory/memory.limit_in_bytes": str(9223372036854771712),
+        },
     )
     r = res.detect(proc, sysfs, affinity=lambda: 2)
     assert (r.cpus, round(r.memory_gib)) == (2, 24)
@@ -75,9 +84,9 @@ def test_cgroup_v1_unlimited(tmp_path):
 @pytest.mark.parametrize(
     ("cpus", "mem_gib", "expected"),
     [
-        (2, 8, 1),     # 8 x 0.8 / 4.5 = 1.4 -> memory allows 1
-        (2, 24, 2),    # CPUs limit
-        (16, 24, 4),   # memory limits: 19.2 / 4.5 = 4
+        (2, 8, 1),  # 8 x 0.8 / 4.5 = 1.4 -> memory allows 1
+        (2, 24, 2),  # CPUs limit
+        (16, 24, 4),  # memory limits: 19.2 / 4.5 = 4
         (16, 128, 16),
         (64, 256, 45),  # 204.8 / 4.5 = 45
     ],
@@ -105,8 +114,9 @@ def test_too_little_memory_warns_but_still_builds_one_job():
 
 def test_override_wins_and_keeps_the_rule_in_the_reason():
     r = res.Resources(cpus=2, memory_bytes=24 * GIB, source="test")
-    p = res.parallelism(r, job_memory_gib=4.5, memory_fraction=0.8, nvcc_threads_max=4, gencode_targets=1,
-                        max_jobs_override=7)
+    p = res.parallelism(
+        r, job_memory_gib=4.5, memory_fraction=0.8, nvcc_threads_max=4, gencode_targets=1, max_jobs_override=7
+    )
     assert p.max_jobs == 7 and "the rule gave 2" in p.reason
 
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The kernel-build measurements of docs/kernel-build-sm120.md, run in order on a many-core machine with nvcc
+# and torch (the H200 lender): each is benchmarks/kernel_build.py around docker/stages/flash-attn.sh.
+#   model    sm_120, head dim 128, bf16, forward only: the offline profile's model-specific build
+#   release  sm_120, every head dim, fp16+bf16, forward only: the release profile's build
+#   sample1  sm_120, head dim 128, bf16, with backward: the sample at one arch
+#   sample4  upstream's default archs 80;90;100;120 on the same sample, NVCC_THREADS=4 (upstream's default)
+# sample1 and sample4 run side by side (their CPU seconds are compared, not their wall times).
+# usage: benchmarks/device_kernel_runs.sh SDIST RESULTS_DIR
+set -uo pipefail
+sdist=$1 out=$2
+mkdir -p "$out"
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cores=$(nproc)
+std=17
+torch_inc=$(python3 -c "import torch.utils.cpp_extension as c; print(' '.join('-I' + p for p in c.include_paths()))")
+if ! echo '#include <torch/extension.h>' | g++ -std=c++17 -fsyntax-only -x c++ $torch_inc - 2>"$out/cxx17-probe.txt"; then
+    std=20
+fi
+echo "torch $(python3 -c 'import torch; print(torch.__version__)'), C++$std, $cores cores" | tee "$out/env.txt"
+nvcc --version | tail -n 2 >> "$out/env.txt"
+run() { python3 "$here/kernel_build.py" --sdist "$sdist" --out "$out" --cxx-std "$std" "$@"; }
+run --label model --archs 120 --head-dims 128 --dtypes bf16 --backward 0 --max-jobs "$cores"
+run --label release --archs 120 --head-dims 32,64,96,128,192,256 --dtypes fp16,bf16 --backward 0 --max-jobs "$cores"
+run --label sample1 --archs 120 --head-dims 128 --dtypes bf16 --backward 1 --max-jobs 6 &
+run --label sample4 --archs "80;90;100;120" --head-dims 128 --dtypes bf16 --backward 1 --max-jobs 3 --nvcc-threads 4 &
+wait
+touch "$out/done"

@@ -1,0 +1,221 @@
+"""The SGLang command from a mode's presets, the environment variables and the arguments after `--`.
+
+Every value is validated where SGLang will read it (the last occurrence), and an error names where it came
+from: the variable (TP_SIZE='x'), EXTRA_ARGS, or the argument after `--`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .errors import Log, UsageError, show
+from .options import EXTRA, USER, Command, Item, group
+from .presets import Mode, Presets
+
+DEFAULT_HOST = "0.0.0.0"  # SGLang's own default (127.0.0.1) cannot be reached from outside the container
+SPEC_ALGORITHMS_WITH_TREE = ("EAGLE", "EAGLE3")
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    option: str | None  # the SGLang option it sets
+    help: str
+
+
+VARIABLES = [
+    Variable("MODEL_PATH", "--model-path", "target model directory (holds config.json); required"),
+    Variable("DRAFT_MODEL_PATH", "--speculative-draft-model-path", "EAGLE-3 drafter directory; required by eagle3"),
+    Variable("TP_SIZE", "--tp-size", "tensor-parallel size: the number of GPUs (default: SGLang's, 1)"),
+    Variable("HOST", "--host", f"address to listen on (default {DEFAULT_HOST})"),
+    Variable("PORT", "--port", "port to listen on (default: the image's, {port})"),
+    Variable("SPEC_NUM_STEPS", "--speculative-num-steps", "eagle3: draft steps (default {spec_num_steps})"),
+    Variable("SPEC_EAGLE_TOPK", "--speculative-eagle-topk", "eagle3: branches per step (default {spec_eagle_topk})"),
+    Variable(
+        "SPEC_NUM_DRAFT_TOKENS",
+        "--speculative-num-draft-tokens",
+        "eagle3: tokens verified per step (default {spec_num_draft_tokens})",
+    ),
+    Variable("NNODES", "--nnodes", "several machines: the number of nodes (default 1)"),
+    Variable("NODE_RANK", "--node-rank", "several machines: this node's rank, 0 .. NNODES-1"),
+    Variable("DIST_INIT_ADDR", "--dist-init-addr", "several machines: host:port of node 0"),
+    Variable("EXTRA_ARGS", None, "more SGLang options, split like a shell line"),
+    Variable("SKIP_RUNTIME_RULES", None, "runtime rules to leave out: names, comma-separated, or 'all'"),
+]
+# The eagle3 variables and the build.toml mode keys that hold their presets.
+SPEC_VARIABLES = {
+    "SPEC_NUM_STEPS": "spec_num_steps",
+    "SPEC_EAGLE_TOPK": "spec_eagle_topk",
+    "SPEC_NUM_DRAFT_TOKENS": "spec_num_draft_tokens",
+}
+
+# The generated options come first in this order, then the mode's, then the runtime rules'.
+ORDER = [
+    "--model-path",
+    "--speculative-draft-model-path",
+    "--tp-size",
+    "--nnodes",
+    "--node-rank",
+    "--dist-init-addr",
+    "--host",
+    "--port",
+]
+
+# Integer options: (lowest, highest or None).
+INTEGERS: dict[str, tuple[int, int | None]] = {
+    "--tp-size": (1, None),
+    "--pp-size": (1, None),
+    "--port": (1, 65535),
+    "--nnodes": (1, None),
+    "--node-rank": (0, None),
+    "--speculative-num-steps": (1, None),
+    "--speculative-eagle-topk": (1, None),
+    "--speculative-num-draft-tokens": (2, None),
+}
+_HOST = re.compile(r"^[A-Za-z0-9._:%\[\]-]+$")
+_ADDR = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d+)$")
+
+
+def _env(environ: Mapping[str, str], name: str) -> str | None:
+    """A variable's value; empty counts as unset (compose files write VAR= for 'not set')."""
+    value = environ.get(name)
+    return value.strip() if value is not None and value.strip() else None
+
+
+def build(presets: Presets, mode: Mode, environ: Mapping[str, str], sglang_args: list[str], log: Log) -> Command:
+    """Presets, then the environment over them, then EXTRA_ARGS and `--` over both."""
+    cmd = Command()
+    for item in group(list(mode.args), f"preset {mode.name}"):
+        cmd.put(item)
+    cmd.put(Item(["--host", DEFAULT_HOST], "default"))
+    cmd.put(Item(["--port", str(presets.port)], "default"))
+    if mode.draft:
+        for var, key in SPEC_VARIABLES.items():
+            preset = getattr(mode, key)
+            option = next(v.option for v in VARIABLES if v.name == var)
+            if preset is not None and option:
+                cmd.put(Item([option, str(preset)], f"preset {mode.name}"))
+
+    for var in VARIABLES:
+        value = _env(environ, var.name)
+        if value is None or var.option is None:
+            continue
+        if not mode.draft and (var.name == "DRAFT_MODEL_PATH" or var.name in SPEC_VARIABLES):
+            log.note(f"{var.name} is ignored in {mode.name} mode")
+            continue
+        cmd.put(Item([var.option, value], var.name))
+
+    extra = _env(environ, "EXTRA_ARGS")
+    if extra is not None:
+        try:
+            tokens = shlex.split(extra)
+        except ValueError as exc:
+            raise UsageError(
+                f"EXTRA_ARGS={show(extra)} cannot be split like a shell line ({exc})",
+                "quote values with spaces, e.g. EXTRA_ARGS=\"--chat-template 'my template.jinja'\"",
+            ) from None
+        cmd.extra = group(tokens, EXTRA)
+    cmd.user = group(list(sglang_args), USER)
+    rank = {option: i for i, option in enumerate(ORDER)}
+    cmd.base.sort(key=lambda item: rank.get(item.option, len(ORDER)))  # stable: the mode's args keep their order
+    return cmd
+
+
+def _integer(item: Item) -> int:
+    low, high = INTEGERS[item.option]
+    allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+    value = item.value
+    if value is None:
+        raise UsageError(f"{item.label()}: {item.option} needs a value", f"allowed: {allowed}")
+    if not re.fullmatch(r"[+-]?\d+", value.strip()):
+        raise UsageError(f"{item.label()} is not an integer", f"allowed: {allowed}")
+    number = int(value)
+    if number < low or (high is not None and number > high):
+        raise UsageError(f"{item.label()} is out of range", f"allowed: {allowed}")
+    return number
+
+
+@dataclass(frozen=True)
+class Effective:
+    """The values SGLang will use for what the entrypoint checks."""
+
+    tp: int
+    pp: int
+    nnodes: int
+    node_rank: int
+    speculative: str | None
+    model: Item | None
+    draft: Item | None
+
+    @property
+    def gpus_per_node(self) -> int:
+        return max(self.tp * self.pp // self.nnodes, 1)
+
+
+def effective(cmd: Command, mode: Mode, log: Log) -> Effective:
+    """Validate the values SGLang will take; raise UsageError naming the source of a bad one."""
+    ints: dict[str, int] = {}
+    for option in INTEGERS:
+        item = cmd.last(option)
+        if item is not None:
+            ints[option] = _integer(item)
+
+    host = cmd.last("--host")
+    if host is not None and not _HOST.match(host.value or ""):
+        raise UsageError(f"{host.label()} is not a host name or address", "allowed: e.g. 0.0.0.0, ::, 10.0.0.5")
+
+    tp, pp = ints.get("--tp-size", 1), ints.get("--pp-size", 1)
+    nnodes, node_rank = ints.get("--nnodes", 1), ints.get("--node-rank", 0)
+    if node_rank >= nnodes:
+        raise UsageError(f"{cmd.last('--node-rank').label()} is out of range", f"allowed: 0 to {nnodes - 1} (NNODES)")
+    addr = cmd.last("--dist-init-addr")
+    if addr is not None:
+        match = _ADDR.match(addr.value or "")
+        if not match or not 1 <= int(match.group(2)) <= 65535:
+            raise UsageError(f"{addr.label()} is not host:port", "allowed: e.g. 10.0.0.1:5000 (node 0's address)")
+    elif nnodes > 1:
+        raise UsageError(f"NNODES={nnodes} needs DIST_INIT_ADDR", "the host:port of node 0, the same on every node")
+    if (tp * pp) % nnodes:
+        raise UsageError(
+            f"{cmd.last('--tp-size').label() if cmd.has('--tp-size') else 'TP_SIZE 1'} does not divide over "
+            f"{nnodes} nodes",
+            "allowed: a multiple of NNODES (each node runs TP_SIZE / NNODES GPUs)",
+        )
+
+    model = cmd.last("--model-path")
+    if model is None or not model.value:
+        raise UsageError("MODEL_PATH is not set", "the target model directory, e.g. -e MODEL_PATH=/models/Kimi-K2.5")
+
+    speculative = cmd.value("--speculative-algorithm")
+    draft = cmd.last("--speculative-draft-model-path")
+    if mode.draft and (draft is None or not draft.value):
+        raise UsageError(
+            f"{mode.name} needs DRAFT_MODEL_PATH",
+            "the EAGLE-3 drafter's directory, e.g. -e DRAFT_MODEL_PATH=/models/Kimi-K2.5-eagle3",
+        )
+    if speculative in SPEC_ALGORITHMS_WITH_TREE:
+        _check_tree(cmd, ints, log)
+    return Effective(tp, pp, nnodes, node_rank, speculative, model, draft)
+
+
+def _check_tree(cmd: Command, ints: dict[str, int], log: Log) -> None:
+    """EAGLE's draft tree holds top-k + (steps - 1) * top-k^2 candidates; SGLang picks draft tokens - 1 of them."""
+    steps = ints.get("--speculative-num-steps")
+    topk = ints.get("--speculative-eagle-topk")
+    tokens = ints.get("--speculative-num-draft-tokens")
+    if steps is None or topk is None or tokens is None:
+        return
+    if topk == 1:
+        if tokens != steps + 1:
+            log.note(f"top-k 1: SGLang sets the draft tokens to steps + 1 = {steps + 1} (not {tokens})")
+        return
+    most = 1 + topk + (steps - 1) * topk * topk
+    if tokens > most:
+        item = cmd.last("--speculative-num-draft-tokens")
+        raise UsageError(
+            f"{item.label()} is out of range for steps {steps} and top-k {topk}",
+            f"allowed: 2 to {most} (1 + top-k + (steps - 1) * top-k^2: the candidates of the draft tree)",
+        )

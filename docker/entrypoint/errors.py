@@ -1,0 +1,58 @@
+"""Errors the entrypoint reports in at most three lines on stderr, without a traceback; and its log."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+PROG = "entrypoint"
+
+
+class UsageError(Exception):
+    """A mistake in what the user gave (mode, option, variable, model directory, GPUs): exit status 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *details: str) -> None:
+        super().__init__(message)
+        self.lines = [message, *details][:3]
+
+    def render(self) -> str:
+        first, *rest = self.lines
+        return "".join([f"{PROG}: error: {first}\n", *(f"  {line}\n" for line in rest)])
+
+
+class ImageError(UsageError):
+    """The image itself is broken (its baked plan is missing or unreadable): exit status 1."""
+
+    exit_code = 1
+
+
+def show(value: object, limit: int = 160) -> str:
+    """A value as it goes into a message: quoted, and cut short when long."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
+class Log:
+    """Notes and warnings, kept until the entrypoint succeeds (an error prints only itself)."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str]] = []
+
+    def note(self, message: str) -> None:
+        self.entries.append(("note", message))
+
+    def warn(self, message: str) -> None:
+        self.entries.append(("warning", message))
+
+    def lines(self) -> list[str]:
+        return [message if level == "note" else f"warning: {message}" for level, message in self.entries]
+
+    def warnings(self) -> list[str]:
+        return [message for level, message in self.entries if level == "warning"]
+
+    def flush(self, stream: TextIO) -> None:
+        for line in self.lines():
+            stream.write(f"[{PROG}] {line}\n")
+        stream.flush()
+        self.entries.clear()

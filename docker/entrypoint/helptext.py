@@ -1,0 +1,95 @@
+"""`--help`: the modes, the variables and the runtime rules, from the presets baked into the image."""
+
+from __future__ import annotations
+
+import textwrap
+
+from .command import VARIABLES
+from .errors import UsageError
+from .presets import Presets
+
+USAGE = """\
+usage: docker run --gpus all --ipc=host -v /models:/models IMAGE [MODE] [--dry-run] [-- SGLANG-OPTIONS]
+       docker run IMAGE PROGRAM [ARGS...]     run a program on PATH instead (bash, python3, ...)
+"""
+
+OPTIONS = """\
+options:
+  --dry-run    run every check that needs no GPU, print the command (the last line of stdout), exit
+  --help, -h   this text; `-- --help` prints SGLang's own options
+  -- ...       everything after `--` goes to SGLang as it is, and wins over presets and variables
+"""
+
+EXAMPLES = """\
+examples:
+  docker run --gpus all --ipc=host -p 30000:30000 -v /models:/models \\
+      -e MODEL_PATH=/models/Kimi-K2.5-NVFP4 -e TP_SIZE=8 IMAGE baseline
+  docker run --gpus all --ipc=host -p 30000:30000 -v /models:/models \\
+      -e MODEL_PATH=/models/Kimi-K2.5-NVFP4 -e DRAFT_MODEL_PATH=/models/Kimi-K2.5-eagle3 -e TP_SIZE=8 \\
+      IMAGE eagle3 -- --mem-fraction-static 0.85
+"""
+
+
+def _mode_line(presets: Presets, name: str) -> str:
+    mode = presets.modes[name]
+    preset = list(mode.args)
+    for key, option in (
+        ("spec_num_steps", "--speculative-num-steps"),
+        ("spec_eagle_topk", "--speculative-eagle-topk"),
+        ("spec_num_draft_tokens", "--speculative-num-draft-tokens"),
+    ):
+        if mode.draft and getattr(mode, key) is not None:
+            preset += [option, str(getattr(mode, key))]
+    default = " (default)" if name == "baseline" else ""
+    text = f"{mode.summary}{default}" + (f": {' '.join(preset)}" if preset else "")
+    return _wrapped(f"  {name:<10} ", text)
+
+
+def _wrapped(head: str, text: str) -> str:
+    return textwrap.fill(text, width=118, initial_indent=head, subsequent_indent=" " * len(head))
+
+
+def render(presets: Presets | None, plan_error: UsageError | None) -> str:
+    out = [USAGE]
+    if presets is None:
+        out.append(f"(the image's presets cannot be read: {plan_error.lines[0] if plan_error else 'unknown'})\n")
+        fmt: dict[str, object] = {}
+    else:
+        intro = (
+            f"Starts SGLang {presets.sglang_version} (python3 -m sglang.launch_server) on NVIDIA GPUs of compute "
+            f"capability {', '.join(presets.cuda_archs)} (sm_120: RTX PRO 6000 Blackwell, RTX 5090)."
+        )
+        out.append(_wrapped("", intro) + "\n")
+        out.append("modes:")
+        out += [_mode_line(presets, name) for name in presets.modes]
+        out.append("")
+        eagle = next((m for m in presets.modes.values() if m.draft), None)
+        fmt = {"port": presets.port}
+        if eagle is not None:
+            fmt.update(
+                spec_num_steps=eagle.spec_num_steps,
+                spec_eagle_topk=eagle.spec_eagle_topk,
+                spec_num_draft_tokens=eagle.spec_num_draft_tokens,
+            )
+    out.append("environment variables (each checked; an empty value counts as unset):")
+    for var in VARIABLES:
+        try:
+            text = var.help.format(**fmt)
+        except (KeyError, IndexError):
+            text = var.help.split(" (default")[0]
+        out.append(_wrapped(f"  {var.name:<22} ", text + (f"  [{var.option}]" if var.option else "")))
+    out.append("  precedence: presets < variables < EXTRA_ARGS < options after --\n")
+    if presets is not None:
+        version = presets.sglang_version
+        out.append(f"runtime rules for sm_120 (SGLang {version}; SKIP_RUNTIME_RULES=NAME leaves one out):")
+        for rule in presets.runtime:
+            what = " ".join([f"{k}={v}" for k, v in rule.env.items()] + rule.args)
+            when = ", ".join(rule.when)
+            needs = f"; needs the {rule.requires.patch} change" if rule.requires else ""
+            out.append(_wrapped(f"  {rule.name:<18} ", f"{what}  [when: {when}{needs}]"))
+        for entry in presets.left_out:
+            out.append(_wrapped("  left out           ", f"{' '.join(entry.args)}: {entry.reason}"))
+        out.append("")
+    out.append(OPTIONS)
+    out.append(EXAMPLES)
+    return "\n".join(out)

@@ -1,0 +1,139 @@
+"""The order of the checks (cheap ones first: a mistake costs seconds), then the exec of SGLang."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+
+from . import command, helptext, invocation, models, parser_check, preflight, presets, rules, sglang_source
+from .errors import ImageError, Log, UsageError
+
+# What an EAGLE-3 target must have (speculative/eagle_worker.py, model_executor/model_runner.py).
+EAGLE3_TARGET_HOOKS = ("get_embed_and_head", "set_eagle3_layers_to_capture")
+FALLBACK_MODES = ("baseline", "eagle3")  # for telling a mode from a program when the presets are unreadable
+
+
+def _sglang(cmd_argv: list[str]) -> list[str]:
+    return [sys.executable, "-m", "sglang.launch_server", *cmd_argv]
+
+
+def _shell_line(argv: list[str], env: Mapping[str, str]) -> str:
+    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(argv)])
+
+
+def _check_models(eff: command.Effective, installed: sglang_source.InstalledSGLang | None, log: Log) -> models.Model:
+    target = models.open_model(eff.model)
+    log.note(f"target model: {models.describe(target)}")
+    if eff.speculative != "EAGLE3" or eff.draft is None:
+        return target
+    draft = models.open_model(eff.draft)
+    arch = models.check_drafter(draft)
+    log.note(f"EAGLE-3 drafter: {models.describe(draft)}")
+    for warning in models.check_pair(target, draft):
+        log.warn(warning)
+    if installed is None:
+        return target
+    version = installed.version or "here"
+    if arch is not None and not installed.registered(arch):
+        known = ", ".join(installed.registered_like(models.EAGLE3_MARK)) or "none"
+        raise UsageError(
+            f"{draft.label}: SGLang {version} has no drafter class {arch}",
+            f"its EAGLE-3 drafters: {known}",
+        )
+    if target.architecture is not None:
+        missing = installed.methods_missing(target.architecture, EAGLE3_TARGET_HOOKS)
+        if missing:
+            raise UsageError(
+                f"{target.label}: SGLang {version}'s {target.architecture} lacks {', '.join(missing)}",
+                "so it cannot feed an EAGLE-3 drafter (the server would stop after loading the weights)",
+                "run baseline, or an image whose SGLang has EAGLE-3 support for this model",
+            )
+        if missing is None:
+            log.note(f"could not tell from SGLang's source whether {target.architecture} supports EAGLE-3")
+    return target
+
+
+def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
+    try:
+        loaded: presets.Presets | None = presets.load(environ)
+        plan_error: UsageError | None = None
+    except UsageError as exc:
+        loaded, plan_error = None, exc
+    inv = invocation.parse(argv, loaded.modes if loaded else FALLBACK_MODES, environ)
+    if inv.program is not None:
+        try:
+            os.execvpe(inv.program[0], inv.program, dict(environ))
+        except OSError as exc:
+            raise UsageError(f"cannot run {inv.program[0]}: {exc.strerror or exc}") from None
+    if inv.help:
+        sys.stdout.write(helptext.render(loaded, plan_error))
+        return 0
+    if loaded is None:
+        raise plan_error or ImageError("the image's presets cannot be read")
+    mode = loaded.modes.get(inv.mode)
+    if mode is None:
+        raise UsageError(f"unknown mode {inv.mode!r}", f"modes: {', '.join(sorted(loaded.modes))}")
+
+    if {"-h", "--help"} & set(inv.sglang_args):  # SGLang's own help: nothing to check
+        final = _sglang(inv.sglang_args)
+        if inv.dry_run:
+            print(shlex.join(final))
+            return 0
+        try:
+            os.execve(final[0], final, dict(environ))
+        except OSError as exc:
+            raise ImageError(f"cannot start {final[0]}: {exc.strerror or exc}") from None
+
+    cmd = command.build(loaded, mode, environ, inv.sglang_args, log)
+    eff = command.effective(cmd, mode, log)
+    port = cmd.last("--port")
+    if port is not None and port.source not in ("PORT", "default") and environ.get("PORT", "").strip() != port.value:
+        log.warn(f"{port.label()}: the image's HEALTHCHECK reads PORT; set PORT={port.value} instead of --port")
+    installed = sglang_source.locate()
+    if installed is not None and installed.version and installed.version != loaded.sglang_version:
+        log.warn(f"the installed SGLang is {installed.version}, the presets are for {loaded.sglang_version}")
+    target = _check_models(eff, installed, log)
+    rules.apply(loaded, cmd, eff, models.quantization(target), target.path is not None, installed, environ, log)
+    rules.left_out(loaded, cmd, log)
+    if not inv.dry_run:  # the machine's checks are cheap: before SGLang's parser, which takes seconds to import
+        gpus = preflight.visible_gpus(environ)
+        tp_item = cmd.last("--tp-size")
+        what = tp_item.label() if tp_item else "TP 1"
+        if eff.pp > 1 or eff.nnodes > 1:
+            what = f"TP {eff.tp} x PP {eff.pp} over {eff.nnodes} nodes"
+        preflight.check_gpus(gpus, eff.gpus_per_node, what, loaded.cuda_archs, log)
+        preflight.check_shm(eff.gpus_per_node, log)
+        preflight.check_caches(environ.get("SM120_CACHE_DIR") or loaded.cache_dir, environ, log)
+    outcome = parser_check.check(cmd, installed is not None, environ, log)
+    final = _sglang(cmd.argv())
+
+    if inv.dry_run:
+        log.flush(sys.stderr)
+        print(f"# mode {mode.name}: SGLang {loaded.sglang_version} presets from {loaded.source}")
+        print(f"# {outcome.summary}")
+        print("# not run by --dry-run: the GPU, /dev/shm and JIT-cache checks")
+        print(_shell_line(final, cmd.env))
+        return 0
+
+    log.flush(sys.stderr)
+    sys.stderr.write(f"[entrypoint] exec {_shell_line(final, cmd.env)}\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    try:
+        os.execve(final[0], final, {**environ, **cmd.env})
+    except OSError as exc:
+        raise ImageError(f"cannot start {final[0]}: {exc.strerror or exc}") from None
+    return 1  # not reached
+
+
+def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
+    log = Log()
+    try:
+        return _run(list(argv), dict(os.environ) if environ is None else environ, log)
+    except UsageError as exc:
+        sys.stderr.write(exc.render())
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130

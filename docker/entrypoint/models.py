@@ -1,0 +1,181 @@
+"""Model directories: each holds a config.json; the draft is an EAGLE-3 drafter the target can feed.
+
+Read from config.json (and hf_quant_config.json) the way SGLang reads them, so a mistake shows in seconds
+instead of after a ten-minute load:
+- the draft's `architectures[0]` names an EAGLE-3 drafter (e.g. LlamaForCausalLMEagle3);
+- the drafter takes the target's hidden states: its `target_hidden_size` (else `hidden_size`) equals the
+  target's `hidden_size` (for multimodal wrappers such as Kimi-K2.5, `text_config.hidden_size`);
+- NVFP4: SGLang's ModelOpt parsing (configs/model_config.py `_parse_modelopt_quant_config`): a ModelOpt
+  `quant_algo` containing "FP4" is modelopt_fp4; MIXED_PRECISION with NVFP4 layers is modelopt_mixed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError, show
+from .options import Item
+
+# A Hugging Face repo id ("org/name") that is not a local path: SGLang downloads it; nothing to check here.
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_TEXT_CONFIGS = ("text_config", "language_config", "llm_config")
+NVFP4_METHODS = ("modelopt_fp4", "modelopt_mixed")
+EAGLE3_MARK = "Eagle3"
+
+
+@dataclass
+class Model:
+    item: Item  # where the path came from (MODEL_PATH, --model-path after --, ...)
+    path: Path | None  # None for a Hugging Face repo id
+    config: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return self.item.label()
+
+    @property
+    def architecture(self) -> str | None:
+        archs = self.config.get("architectures")
+        return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+
+    def text_value(self, key: str) -> Any:
+        """A key of the language model's config: top level first, else a nested text config."""
+        if key in self.config:
+            return self.config[key]
+        for nested in _TEXT_CONFIGS:
+            sub = self.config.get(nested)
+            if isinstance(sub, Mapping) and key in sub:
+                return sub[key]
+        return None
+
+
+def open_model(item: Item) -> Model:
+    value = item.value or ""
+    path = Path(value).expanduser()
+    if not path.exists() and not value.startswith(("/", ".", "~")) and _REPO_ID.match(value):
+        return Model(item, None, {})
+    if not path.exists():
+        raise UsageError(f"{item.label()}: no such directory", "mount the model directory, e.g. -v /models:/models")
+    if not path.is_dir():
+        raise UsageError(f"{item.label()}: is a file, not a directory", "give the directory that holds config.json")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise UsageError(
+            f"{item.label()}: the directory has no config.json", "give the model's own directory (with config.json)"
+        )
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{item.label()}: config.json cannot be read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{item.label()}: config.json is not JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"{item.label()}: config.json is not a JSON object")
+    return Model(item, path, config)
+
+
+def _unwrap(quant: Mapping[str, Any]) -> Mapping[str, Any]:
+    """SGLang's unwrap_modelopt_quantization_config: {"quantization": {...}} nests the real config."""
+    inner = quant.get("quantization", quant)
+    if not isinstance(inner, Mapping):
+        return {}
+    nested = inner.get("quantization")
+    return nested if isinstance(nested, Mapping) else inner
+
+
+def _modelopt_method(quant: Mapping[str, Any]) -> str | None:
+    conf = _unwrap(quant)
+    algo = str(conf.get("quant_algo") or "")
+    if algo == "MIXED_PRECISION":
+        layers = conf.get("quantized_layers") or {}
+        nvfp4 = any(
+            str(info.get("quant_algo", "")).upper() in ("NVFP4", "W4A16_NVFP4")
+            for info in layers.values()
+            if isinstance(info, Mapping)
+        )
+        return "modelopt_mixed" if nvfp4 else "w4afp8"
+    if "FP4" in algo:
+        return "modelopt_fp4"
+    return None
+
+
+def quantization(model: Model) -> str | None:
+    """The quantization method SGLang would find for a local model ("modelopt_fp4", "fp8", ...), or None."""
+    if model.path is None:
+        return None
+    candidates = [model.config.get("quantization_config")]
+    candidates += [
+        sub.get("quantization_config") for k in _TEXT_CONFIGS if isinstance(sub := model.config.get(k), Mapping)
+    ]
+    for quant in candidates:
+        if isinstance(quant, Mapping):
+            method = quant.get("quant_method")
+            if method in (None, "modelopt"):
+                parsed = _modelopt_method(quant)
+                if parsed:
+                    return parsed
+            if isinstance(method, str):
+                return method
+    hf_quant = model.path / "hf_quant_config.json"
+    if hf_quant.is_file():
+        try:
+            data = json.loads(hf_quant.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if isinstance(data, Mapping):
+            return _modelopt_method(data)
+    return None
+
+
+def check_drafter(draft: Model) -> str | None:
+    """Raise unless the draft's config names an EAGLE-3 drafter; return its architecture (None: a repo id)."""
+    if draft.path is None:
+        return None
+    arch = draft.architecture
+    if arch is None:
+        raise UsageError(
+            f"{draft.label}: config.json has no architectures",
+            "an EAGLE-3 drafter names its class there, e.g. LlamaForCausalLMEagle3",
+        )
+    if EAGLE3_MARK not in arch:
+        kind = "an EAGLE-1/2 drafter" if arch.endswith("Eagle") else "not an EAGLE-3 drafter"
+        raise UsageError(
+            f"{draft.label}: architecture {arch} is {kind}",
+            "eagle3 needs an EAGLE-3 drafter (config.json architectures like LlamaForCausalLMEagle3)",
+        )
+    return arch
+
+
+def check_pair(target: Model, draft: Model) -> list[str]:
+    """Raise when the drafter cannot take the target's hidden states; return warnings for doubtful pairs."""
+    if target.path is None or draft.path is None:
+        return []
+    warnings = []
+    target_hidden = target.text_value("hidden_size")
+    draft_in = draft.config.get("target_hidden_size", draft.config.get("hidden_size"))
+    if isinstance(target_hidden, int) and isinstance(draft_in, int) and target_hidden != draft_in:
+        key = "target_hidden_size" if "target_hidden_size" in draft.config else "hidden_size"
+        raise UsageError(
+            f"{draft.label}: the drafter takes hidden states of size {draft_in} ({key}), "
+            f"the target's hidden_size is {target_hidden}",
+            f"this drafter was trained for another model than {target.architecture or 'the target'}",
+        )
+    target_vocab = target.text_value("vocab_size")
+    draft_vocab = draft.config.get("vocab_size")
+    if isinstance(target_vocab, int) and isinstance(draft_vocab, int) and target_vocab != draft_vocab:
+        warnings.append(
+            f"the drafter's vocab_size {draft_vocab} differs from the target's {target_vocab}: "
+            "was it trained for this target?"
+        )
+    return warnings
+
+
+def describe(model: Model) -> str:
+    if model.path is None:
+        return f"{show(model.item.value)} (a Hugging Face repo id: SGLang downloads it; not checked here)"
+    return f"{model.path} ({model.architecture or 'no architectures'})"

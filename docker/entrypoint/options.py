@@ -1,0 +1,139 @@
+"""SGLang options as items that remember where they came from, and the precedence between them.
+
+Precedence, lowest first: presets (build.toml's mode and runtime rules, the container defaults) < environment
+variables (MODEL_PATH, TP_SIZE, ..., then EXTRA_ARGS) < arguments after `--`. A higher layer that names an
+option removes that option from the lower layers, so the command holds one value per option (and a flag a
+preset added is gone once the user passes the option themselves).
+
+Without SGLang's parser at hand the items are found the way argparse reads them: an option starts at a token
+that begins with '-' (a negative number does not), and takes the tokens up to the next option as values.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .errors import UsageError, show
+
+# SGLang's aliases for the options this entrypoint sets (identical in 0.5.9 and 0.5.23).
+ALIASES = {
+    "--model": "--model-path",
+    "--speculative-draft-model": "--speculative-draft-model-path",
+    "--tensor-parallel-size": "--tp-size",
+    "--pipeline-parallel-size": "--pp-size",
+    "--nccl-init-addr": "--dist-init-addr",
+}
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+(\.\d*)?([eE][-+]?\d+)?$")
+
+USER = "argument after --"
+EXTRA = "EXTRA_ARGS"
+
+
+def is_option(token: str) -> bool:
+    return token.startswith("-") and token != "-" and not _NEGATIVE_NUMBER.match(token)
+
+
+def canonical(token: str) -> str:
+    name = token.split("=", 1)[0]
+    return ALIASES.get(name, name)
+
+
+@dataclass
+class Item:
+    """One option with its values, e.g. ['--tp-size', '8'] or ['--port=30000'], and its source."""
+
+    tokens: list[str]
+    source: str  # an environment variable, EXTRA_ARGS, USER, "preset <mode>", "rule <name>", "default"
+    option: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.option = canonical(self.tokens[0])
+
+    @property
+    def values(self) -> list[str]:
+        head = self.tokens[0]
+        inline = [head.split("=", 1)[1]] if head.startswith("--") and "=" in head else []
+        return inline + self.tokens[1:]
+
+    @property
+    def value(self) -> str | None:
+        values = self.values
+        return values[0] if values else None
+
+    def label(self) -> str:
+        """Where the value came from, as an error message names it."""
+        value = self.value
+        spelled = self.tokens[0].split("=", 1)[0]
+        shown = f" {show(value)}" if value is not None else ""
+        if self.source in (USER, EXTRA):
+            where = "after --" if self.source == USER else "in EXTRA_ARGS"
+            return f"{spelled}{shown} ({where})"
+        if self.source.isupper():  # an environment variable
+            return f"{self.source}={show(value)}"
+        return f"{spelled}{shown} ({self.source})"
+
+
+def group(tokens: list[str], source: str) -> list[Item]:
+    """Tokens -> items; a value before any option is a mistake (SGLang takes no positional arguments)."""
+    items: list[Item] = []
+    for token in tokens:
+        if is_option(token):
+            items.append(Item([token], source))
+        elif items:
+            items[-1].tokens.append(token)
+        else:
+            where = "after --" if source == USER else source
+            raise UsageError(
+                f"{where}: {show(token)} is not an option",
+                "SGLang takes options only, e.g. --mem-fraction-static 0.85",
+            )
+    return items
+
+
+@dataclass
+class Command:
+    """The SGLang command being assembled: generated items (presets, then environment), EXTRA_ARGS, `--`."""
+
+    base: list[Item] = field(default_factory=list)
+    extra: list[Item] = field(default_factory=list)
+    user: list[Item] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # what runtime rules add to the environment
+
+    def put(self, item: Item) -> None:
+        """Add a generated item; one for the same option is replaced in place (the environment over a preset)."""
+        for i, old in enumerate(self.base):
+            if old.option == item.option:
+                self.base[i] = item
+                return
+        self.base.append(item)
+
+    def overriding(self, option: str) -> Item | None:
+        """The user's item (after `--`, else EXTRA_ARGS) that names this option, if any."""
+        for layer in (self.user, self.extra):
+            for item in reversed(layer):
+                if item.option == option:
+                    return item
+        return None
+
+    def items(self) -> list[Item]:
+        named = {i.option for i in self.user}
+        extra = [i for i in self.extra if i.option not in named]
+        named |= {i.option for i in extra}
+        return [i for i in self.base if i.option not in named] + extra + self.user
+
+    def argv(self) -> list[str]:
+        return [token for item in self.items() for token in item.tokens]
+
+    def last(self, option: str) -> Item | None:
+        """The item whose value SGLang will use for this option (argparse keeps the last one)."""
+        found = [i for i in self.items() if i.option == option]
+        return found[-1] if found else None
+
+    def value(self, option: str) -> str | None:
+        item = self.last(option)
+        return item.value if item else None
+
+    def has(self, option: str) -> bool:
+        return self.last(option) is not None

@@ -1,0 +1,208 @@
+"""Checks of the machine before SGLang starts (skipped by --dry-run, which never touches a GPU).
+
+- GPUs, through NVML (libnvidia-ml.so.1, which the NVIDIA Container Toolkit mounts with `--gpus`) or else
+  `nvidia-smi`: none visible is an error that says `--gpus all`; fewer than this node needs is an error; a
+  compute capability other than the image's (12.x) is a warning that says what the image was compiled for.
+- /dev/shm: Docker gives 64 MB unless told otherwise; NCCL needs more across GPUs (--ipc=host or --shm-size).
+- The JIT cache directories (FlashInfer, Triton, tvm-ffi, inductor, ...) are writable by this user.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import Log, UsageError, show
+from .invocation import program_on_path
+
+NVML_LIBRARY = "libnvidia-ml.so.1"
+SHM_WARN_BYTES = 1 << 30  # 1 GiB
+NO_GPU_HINT = "run the container with --gpus all (the NVIDIA Container Toolkit must be set up on the host)"
+# Where the image's JIT caches go (set by the Dockerfile under the cache directory); checked when set.
+CACHE_VARIABLES = (
+    "SM120_CACHE_DIR",
+    "XDG_CACHE_HOME",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TVM_FFI_CACHE_DIR",
+    "FLASHINFER_WORKSPACE_BASE",
+    "CUDA_CACHE_PATH",
+)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    capability: tuple[int, int] | None  # None: the probe could not tell
+
+
+class ProbeFailed(Exception):
+    pass
+
+
+def _nvml(library: str) -> list[Gpu] | None:
+    """The GPUs NVML sees; None when the library is not there."""
+    try:
+        nvml = ctypes.CDLL(library)
+    except OSError:
+        return None
+    nvml.nvmlErrorString.restype = ctypes.c_char_p
+
+    def call(fn: str, *args: object) -> None:
+        rc = getattr(nvml, fn)(*args)
+        if rc != 0:
+            raise ProbeFailed(f"NVML {fn}: {nvml.nvmlErrorString(rc).decode(errors='replace')} ({rc})")
+
+    call("nvmlInit_v2")
+    try:
+        count = ctypes.c_uint()
+        call("nvmlDeviceGetCount_v2", ctypes.byref(count))
+        gpus = []
+        for index in range(count.value):
+            handle = ctypes.c_void_p()
+            call("nvmlDeviceGetHandleByIndex_v2", index, ctypes.byref(handle))
+            name = ctypes.create_string_buffer(96)
+            call("nvmlDeviceGetName", handle, name, ctypes.c_uint(96))
+            major, minor = ctypes.c_int(), ctypes.c_int()
+            call("nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor))
+            gpus.append(Gpu(index, name.value.decode(errors="replace"), (major.value, minor.value)))
+        return gpus
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _nvidia_smi(environ: Mapping[str, str]) -> list[Gpu] | None:
+    """The GPUs nvidia-smi lists; None when there is no nvidia-smi."""
+    exe = program_on_path("nvidia-smi", environ)
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=index,name,compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=dict(environ),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ProbeFailed(f"nvidia-smi: {exc}") from None
+    if out.returncode != 0:
+        first = (out.stdout + out.stderr).strip().splitlines()
+        raise ProbeFailed(f"nvidia-smi: {first[0] if first else f'exit status {out.returncode}'}")
+    gpus = []
+    for line in out.stdout.strip().splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 2 or not fields[0].isdigit():
+            continue
+        cap = None
+        if len(fields) >= 3 and "." in fields[2]:
+            major, _, minor = fields[2].partition(".")
+            if major.isdigit() and minor.isdigit():
+                cap = (int(major), int(minor))
+        gpus.append(Gpu(int(fields[0]), fields[1], cap))
+    return gpus
+
+
+def visible_gpus(environ: Mapping[str, str]) -> list[Gpu]:
+    """The GPUs SGLang will see, through NVML, else nvidia-smi; narrowed by CUDA_VISIBLE_DEVICES."""
+    try:
+        gpus = _nvml(environ.get("SM120_NVML_LIBRARY") or NVML_LIBRARY)
+        if gpus is None:
+            gpus = _nvidia_smi(environ)
+    except ProbeFailed as exc:
+        raise UsageError(f"no NVIDIA GPU is usable here: {exc}", NO_GPU_HINT) from None
+    if gpus is None:
+        raise UsageError("no NVIDIA GPU is visible (no NVML library, no nvidia-smi)", NO_GPU_HINT)
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        if not wanted or wanted[0] in ("-1", "NoDevFiles"):
+            raise UsageError(f"CUDA_VISIBLE_DEVICES={show(visible)} hides every GPU", "unset it, or list GPU indices")
+        if all(w.isdigit() for w in wanted):
+            by_index = {g.index: g for g in gpus}
+            gpus = [by_index[int(w)] for w in wanted if int(w) in by_index]
+        else:  # UUIDs or MIG names: count them
+            gpus = gpus[: len(wanted)]
+    return gpus
+
+
+def check_gpus(gpus: list[Gpu], needed: int, what: str, cuda_archs: list[str], log: Log) -> None:
+    if not gpus:
+        raise UsageError("no NVIDIA GPU is visible in the container", NO_GPU_HINT)
+    if len(gpus) < needed:
+        listing = ", ".join(f"{g.index}: {g.name}" for g in gpus[:4]) + (" ..." if len(gpus) > 4 else "")
+        raise UsageError(
+            f"{what} needs {needed} GPUs on this node, {len(gpus)} visible ({listing})",
+            "lower TP_SIZE, or give the container more GPUs (--gpus all)",
+        )
+    majors = {a.split(".")[0] for a in cuda_archs}
+    compiled = ", ".join("sm_" + a.replace(".", "") for a in cuda_archs)
+    for gpu in gpus[: max(needed, 1)]:
+        if gpu.capability is None:
+            log.warn(f"GPU {gpu.index} ({gpu.name}): compute capability unknown; this image is compiled for {compiled}")
+        elif str(gpu.capability[0]) not in majors:
+            cap = f"{gpu.capability[0]}.{gpu.capability[1]}"
+            log.warn(
+                f"GPU {gpu.index} ({gpu.name}) is compute capability {cap}; this image's kernels are compiled for "
+                f"{compiled}: others may fail or be compiled on first use"
+            )
+    names = sorted({g.name for g in gpus[:needed]})
+    log.note(f"GPUs: {len(gpus)} visible ({', '.join(names)}); {needed} used on this node")
+
+
+def check_shm(gpus_per_node: int, log: Log, path: str = "/dev/shm") -> None:
+    if gpus_per_node < 2:
+        return
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        log.warn(f"{path} is missing: NCCL needs shared memory between GPUs (run with --ipc=host)")
+        return
+    size = st.f_blocks * st.f_frsize
+    if size < SHM_WARN_BYTES:
+        log.warn(
+            f"{path} is {size // (1 << 20)} MiB (Docker's default is 64 MiB); NCCL needs more across "
+            f"{gpus_per_node} GPUs and may hang or fail: run with --ipc=host or --shm-size=16g"
+        )
+
+
+def _writable(directory: Path) -> str | None:
+    """Why the directory (or, if missing, its nearest existing parent) cannot take files; None if it can."""
+    probe = directory
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    try:
+        fd, name = tempfile.mkstemp(prefix=".sm120-probe-", dir=probe)
+    except OSError as exc:
+        return f"{probe}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
+def check_caches(cache_dir: str, environ: Mapping[str, str], log: Log) -> None:
+    dirs = [(f"the JIT cache directory {cache_dir}", cache_dir)]
+    dirs += [(f"{var}={environ[var]}", environ[var]) for var in CACHE_VARIABLES if environ.get(var, "").strip()]
+    seen = set()
+    for label, value in dirs:
+        path = Path(value)
+        if path in seen:
+            continue
+        seen.add(path)
+        why = _writable(path)
+        if why is not None:
+            uid = os.getuid()
+            raise UsageError(
+                f"{label} is not writable by uid {uid} ({why})",
+                f"JIT caches go there: mount a named volume (-v sglang-cache:{cache_dir}) or a directory of uid {uid}",
+            )
+    log.note(f"JIT caches: {cache_dir} is writable")

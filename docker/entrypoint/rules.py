@@ -1,0 +1,118 @@
+"""build.toml's runtime rules for the image's SGLang track (what sm_120 needs), and the flags left out.
+
+A rule applies when all its conditions hold and, if it names a patch, when that patch's change is in the
+installed SGLang. The user overrides every rule: an environment variable they set wins over the rule's, an
+option they pass (EXTRA_ARGS or after `--`) replaces the rule's, and SKIP_RUNTIME_RULES=name drops a rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from .command import Effective
+from .errors import Log, UsageError, show
+from .models import NVFP4_METHODS
+from .options import Command, canonical, group
+from .presets import Presets, Rule
+from .sglang_source import InstalledSGLang
+
+
+def skipped(presets: Presets, environ: Mapping[str, str]) -> set[str]:
+    raw = environ.get("SKIP_RUNTIME_RULES", "").strip()
+    names = {n for n in re.split(r"[,\s]+", raw) if n}
+    known = [rule.name for rule in presets.runtime]
+    if "all" in names:
+        return set(known)
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise UsageError(
+            f"SKIP_RUNTIME_RULES={show(raw)}: no rule named {show(unknown[0])}",
+            f"rules of SGLang {presets.sglang_version}: {', '.join(known) or 'none'}; or 'all'",
+        )
+    return names
+
+
+def _condition(condition: str, eff: Effective, quantization: str | None, target_known: bool) -> bool | None:
+    if condition == "always":
+        return True
+    if condition == "tp>1":
+        return eff.tp > 1
+    if condition == "single-node":
+        return eff.nnodes == 1
+    if condition == "nvfp4":
+        if quantization in NVFP4_METHODS:
+            return True
+        return False if target_known else None
+    raise AssertionError(condition)  # presets.parse admits only the four conditions
+
+
+def _describe(rule: Rule) -> str:
+    parts = [f"{k}={v}" for k, v in rule.env.items()] + ([" ".join(rule.args)] if rule.args else [])
+    return " ".join(parts)
+
+
+def apply(
+    presets: Presets,
+    cmd: Command,
+    eff: Effective,
+    quantization: str | None,
+    target_known: bool,
+    installed: InstalledSGLang | None,
+    environ: Mapping[str, str],
+    log: Log,
+) -> list[str]:
+    """Add the rules that apply to cmd (args) and cmd.env; log each decision; return the applied names."""
+    skip = skipped(presets, environ)
+    user_quant = cmd.value("--quantization")
+    if user_quant:
+        quantization = user_quant
+    applied = []
+    for rule in presets.runtime:
+        what = f"sm_120 rule {rule.name} ({_describe(rule)})"
+        if rule.name in skip:
+            log.note(f"{what} skipped: SKIP_RUNTIME_RULES")
+            continue
+        results = {c: _condition(c, eff, quantization, target_known or bool(user_quant)) for c in rule.when}
+        if None in results.values():
+            log.note(f"{what} not applied: cannot tell whether the target is NVFP4 (not a local directory)")
+            continue
+        failed = [c for c, ok in results.items() if not ok]
+        if failed:
+            log.note(f"{what} not applied: {', '.join(failed)} does not hold")
+            continue
+        if rule.requires is not None:
+            if installed is None:
+                log.note(f"{what}: the {rule.requires.patch} change is not verified (SGLang is not installed here)")
+            else:
+                present, lacking = installed.has_change([(c.path, c.patterns) for c in rule.requires.checks])
+                if not present:
+                    log.note(
+                        f"{what} not applied: the installed SGLang {installed.version or ''} lacks the "
+                        f"{rule.requires.patch} change ({lacking})"
+                    )
+                    continue
+        for key, value in rule.env.items():
+            if key in environ:
+                log.note(f"{what}: {key}={show(environ[key])} from the environment is kept")
+            else:
+                cmd.env[key] = value
+        for item in group(list(rule.args), f"rule {rule.name}"):
+            user = cmd.overriding(item.option)
+            if user is not None:
+                log.note(f"{what}: {item.option} is yours ({user.label()})")
+            else:
+                cmd.put(item)
+        applied.append(rule.name)
+        log.note(f"{what} applied: {rule.reason}")
+    return applied
+
+
+def left_out(presets: Presets, cmd: Command, log: Log) -> None:
+    """Log the reference run's flags this track leaves out on sm_120; warn when the user passes one anyway."""
+    for entry in presets.left_out:
+        user = cmd.overriding(canonical(entry.args[0]))
+        if user is not None:
+            log.warn(f"{user.label()} is passed as you asked, but: {entry.reason}")
+        else:
+            log.note(f"left out {' '.join(entry.args)}: {entry.reason}")

@@ -1,0 +1,273 @@
+"""`--image`: start the image once per mode with the docker SDK, wait for /health, hand back its endpoint.
+
+The container gets the GPUs (`--gpus all` as a device request), the model directory read-only, a named
+volume on the image's JIT cache directory (so a restart does not recompile), `ipc_mode="host"` (NCCL needs
+more than Docker's 64 MB /dev/shm) and its port published on 127.0.0.1 only, on a free port. It is always
+stopped and removed, also on an error or Ctrl-C, and its log is kept in the output directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+from tqdm import tqdm
+
+from ..errors import CheckFailed, UsageError
+from .client import ServerUnreachable
+
+MODELS_MOUNT = "/models"  # where --models DIR appears in the container (the README's `-v /models:/models`)
+HEALTH_POLL_S = 2.0
+STOP_TIMEOUT_S = 30
+SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
+
+
+@dataclass
+class ContainerSpec:
+    image: str
+    mode: str
+    label: str
+    env: dict[str, str]
+    port: int  # the port SGLang listens on inside the container
+    cache_dir: str
+    cache_volume: str
+    models_dir: Path | None = None
+    gpus: str = "all"  # all | none | comma-separated device ids
+    health_timeout_s: float = 1800.0
+    labels: dict[str, str] = field(default_factory=dict)
+    entrypoint: list[str] | None = None  # None: the image's own (tests run a stand-in server instead)
+    extra_volumes: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def recorded_env(self) -> dict[str, str]:
+        """The environment as bench.json records it: secrets masked."""
+        return {k: ("***" if SECRET.search(k) else v) for k, v in sorted(self.env.items())}
+
+
+def device_requests(gpus: str) -> list[Any]:
+    import docker.types
+
+    if gpus == "none":
+        return []
+    if gpus == "all":
+        return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    ids = [g.strip() for g in gpus.split(",") if g.strip()]
+    return [docker.types.DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+
+
+def connect() -> Any:
+    """A docker SDK client; exit 2 with one line when the engine cannot be reached."""
+    import docker
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise ServerUnreachable(f"cannot reach the Docker Engine: {_short(exc)}") from None
+    return client
+
+
+def check_image(client: Any, image: str) -> None:
+    import docker
+
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise UsageError(
+            f"--image {image}: no such image on this Docker host; build it (build.py build) or docker pull it first"
+        ) from None
+    except docker.errors.APIError as exc:
+        raise CheckFailed(f"cannot inspect image {image}: {_short(exc)}") from None
+
+
+def _short(exc: Exception) -> str:
+    text = getattr(exc, "explanation", None) or str(exc)
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return " ".join(str(text).split())[:300]
+
+
+def _last_log_line(container: Any) -> str:
+    try:
+        raw = container.logs(tail=5)
+    except Exception:
+        return ""
+    lines = [ln for ln in raw.decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1].strip()[:100] if lines else ""
+
+
+def save_log(container: Any, path: Path) -> Path | None:
+    try:
+        data = container.logs(stdout=True, stderr=True)
+    except Exception:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def wait_healthy(container: Any, endpoint: str, spec: ContainerSpec, log_path: Path) -> None:
+    """Poll /health until 200, the container exits, or the timeout passes; show the progress."""
+    start = time.monotonic()
+    tty = sys.stderr.isatty()
+    bar = (
+        tqdm(
+            total=None,
+            desc=f"{spec.label}: starting",
+            unit="s",
+            file=sys.stderr,
+            bar_format="{desc} {elapsed} {postfix}",
+        )
+        if tty
+        else None
+    )
+    last_note = 0.0
+    session = requests.Session()
+    try:
+        while True:
+            elapsed = time.monotonic() - start
+            container.reload()
+            if container.status in ("exited", "dead"):
+                code = container.attrs.get("State", {}).get("ExitCode")
+                save_log(container, log_path)
+                raise CheckFailed(
+                    f"{spec.label}: the container exited (status {code}) after {elapsed:.0f} s before /health "
+                    f"answered; its log: {log_path}"
+                )
+            try:
+                if session.get(f"{endpoint}/health", timeout=5).status_code == 200:
+                    if bar is None:
+                        print(f"{spec.label}: /health answered after {elapsed:.0f} s", file=sys.stderr, flush=True)
+                    return
+            except requests.RequestException:
+                pass
+            if elapsed > spec.health_timeout_s:
+                save_log(container, log_path)
+                raise CheckFailed(
+                    f"{spec.label}: /health did not answer within {spec.health_timeout_s:.0f} s "
+                    f"(--health-timeout); its log: {log_path}"
+                )
+            if bar is not None:
+                bar.set_postfix_str(_last_log_line(container), refresh=False)
+                bar.update(0)
+                bar.refresh()
+            elif elapsed - last_note >= 30:
+                last_note = elapsed
+                print(
+                    f"{spec.label}: waiting for /health, {elapsed:.0f} s of {spec.health_timeout_s:.0f} s; "
+                    f"log: {_last_log_line(container)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            time.sleep(HEALTH_POLL_S)
+    finally:
+        session.close()
+        if bar is not None:
+            bar.close()
+
+
+def _exit_state(container: Any, wait_s: float = 3.0) -> str:
+    """'; the container exited (status N)' when it did, waiting a little for a server that is going down."""
+    import docker
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            container.reload()
+        except docker.errors.DockerException:
+            return ""
+        if container.status in ("exited", "dead"):
+            return f"; the container exited (status {container.attrs.get('State', {}).get('ExitCode')})"
+        if time.monotonic() >= deadline:
+            return ""
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """A CI runner cancels with SIGTERM: turn it into KeyboardInterrupt so `finally` removes the container."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
+    """Start the container, wait for /health, yield its endpoint; always stop and remove it, keep its log."""
+    import docker
+
+    log_path = out_dir / f"{spec.label}.log"
+    volumes: dict[str, dict[str, str]] = {spec.cache_volume: {"bind": spec.cache_dir, "mode": "rw"}}
+    if spec.models_dir is not None:
+        volumes[str(spec.models_dir.resolve())] = {"bind": MODELS_MOUNT, "mode": "ro"}
+    volumes.update(spec.extra_volumes)
+    name = f"sglang-sm120-bench-{re.sub(r'[^a-zA-Z0-9_.-]', '-', spec.label)}-{os.getpid()}"
+    container = None
+    started = time.monotonic()
+    with sigterm_as_interrupt():
+        try:
+            try:
+                container = client.containers.run(
+                    spec.image,
+                    command=[spec.mode],
+                    entrypoint=spec.entrypoint,
+                    name=name,
+                    detach=True,
+                    environment=spec.env,
+                    device_requests=device_requests(spec.gpus),
+                    ipc_mode="host",
+                    volumes=volumes,
+                    ports={f"{spec.port}/tcp": ("127.0.0.1", None)},
+                    labels={"sglang-sm120.bench": spec.label, **spec.labels},
+                )
+            except docker.errors.DockerException as exc:
+                # containers.run creates, then starts: a failed start (no GPU runtime, say) leaves it created.
+                with contextlib.suppress(docker.errors.DockerException):
+                    client.containers.get(name).remove(force=True)
+                raise CheckFailed(f"{spec.label}: cannot start {spec.image}: {_short(exc)}") from None
+            container.reload()
+            bindings = (container.ports or {}).get(f"{spec.port}/tcp") or []
+            if not bindings:
+                save_log(container, log_path)
+                if container.status in ("exited", "dead"):
+                    code = container.attrs.get("State", {}).get("ExitCode")
+                    raise CheckFailed(
+                        f"{spec.label}: the container exited (status {code}) after {time.monotonic() - started:.0f} s "
+                        "before /health answered; "
+                        f"its log: {log_path}"
+                    )
+                raise CheckFailed(
+                    f"{spec.label}: the container published no port {spec.port} (status {container.status}); "
+                    f"its log: {log_path}"
+                )
+            endpoint = f"http://127.0.0.1:{bindings[0]['HostPort']}"
+            wait_healthy(container, endpoint, spec, log_path)
+            try:
+                yield endpoint
+            except CheckFailed as exc:
+                raise CheckFailed(f"{exc}{_exit_state(container)}; its log: {log_path}") from None
+        finally:
+            if container is not None:
+                save_log(container, log_path)
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.stop(timeout=STOP_TIMEOUT_S)
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.remove(force=True)

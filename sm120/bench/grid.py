@@ -1,0 +1,101 @@
+"""`--spec-grid`: the EAGLE-3 settings (steps, top-k, draft tokens) to sweep, and the best point found.
+
+SGLang's own rules (0.5.9 server_args.py and speculative/eagle_utils.py) decide which points exist:
+- with top-k 1 SGLang sets draft tokens to steps + 1 whatever is asked, so such points collapse into one;
+- the draft tree holds top-k + (steps - 1) * top-k^2 candidates and SGLang picks draft tokens - 1 of them
+  (torch.topk), so more draft tokens than that cannot run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import UsageError
+
+# Defaults of the sweep: the reference run's point (from build.toml's eagle3 mode) is always added, and so is
+# upstream's suggestion for Kimi K2.5 (steps 3, top-k 1, draft tokens 4).
+DEFAULT_STEPS = (2, 3)
+DEFAULT_TOPK = (1, 4)
+DEFAULT_DRAFT = (8, 16)
+UPSTREAM_SUGGESTION = (3, 1, 4)
+
+
+@dataclass(frozen=True, order=True)
+class Point:
+    steps: int
+    topk: int
+    draft: int
+
+    @property
+    def label(self) -> str:
+        return f"eagle3-s{self.steps}-k{self.topk}-d{self.draft}"
+
+    def env(self) -> dict[str, str]:
+        """The image entrypoint's variables for this point."""
+        return {
+            "SPEC_NUM_STEPS": str(self.steps),
+            "SPEC_EAGLE_TOPK": str(self.topk),
+            "SPEC_NUM_DRAFT_TOKENS": str(self.draft),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "label": self.label}
+
+
+def candidates(steps: int, topk: int) -> int:
+    """Draft-tree candidates SGLang chooses the draft tokens from (eagle_utils.organize_draft_results)."""
+    return topk + (steps - 1) * topk * topk
+
+
+def canonical(steps: int, topk: int, draft: int) -> Point | None:
+    """The point SGLang would actually run for these settings, or None when it cannot run."""
+    if steps < 1 or topk < 1 or draft < 2:
+        return None
+    if topk == 1:
+        draft = steps + 1
+    if draft - 1 > candidates(steps, topk):
+        return None
+    return Point(steps, topk, draft)
+
+
+def parse_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: give positive integers separated by commas, e.g. 2,3") from None
+    if not values or any(v < 1 for v in values):
+        raise UsageError(f"{flag} {text!r}: give positive integers separated by commas, e.g. 2,3")
+    return values
+
+
+def points(
+    steps: tuple[int, ...],
+    topk: tuple[int, ...],
+    draft: tuple[int, ...],
+    reference: tuple[int, int, int] | None,
+) -> list[Point]:
+    """Every runnable point of the grid, plus the reference and upstream's suggestion, without duplicates."""
+    out: set[Point] = set()
+    for s in steps:
+        for k in topk:
+            for d in draft:
+                p = canonical(s, k, d)
+                if p:
+                    out.add(p)
+    for extra in (reference, UPSTREAM_SUGGESTION):
+        if extra:
+            p = canonical(*extra)
+            if p:
+                out.add(p)
+    if not out:
+        raise UsageError(
+            "--spec-grid: no runnable EAGLE-3 settings in the grid (see --grid-steps/--grid-topk/--grid-draft)"
+        )
+    return sorted(out)
+
+
+def best(summaries: dict[str, dict[str, Any]], grid: list[Point], figure: str) -> Point | None:
+    """The point with the highest mean of figure among those measured."""
+    scored = [(summaries[p.label][figure]["mean"], p) for p in grid if figure in summaries.get(p.label, {})]
+    return max(scored, key=lambda sp: sp[0])[1] if scored else None

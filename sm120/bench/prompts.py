@@ -1,0 +1,72 @@
+"""The benchmark's prompts: a shipped set (prompts.jsonl beside this file) or a user's JSONL file.
+
+One JSON object per line: {"id": "...", "category": "code|chat|reasoning|...", "text": "..."}; only "text" is
+required. The text goes to SGLang's /generate as it is (no chat template is applied), the same for every mode
+and every image, so that runs are comparable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+
+SHIPPED = Path(__file__).with_name("prompts.jsonl")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    category: str
+    text: str
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    name: str  # the file's name (the shipped set: "shipped")
+    sha256: str  # of the file's bytes: two results are comparable only with the same prompts
+    prompts: list[Prompt]
+
+    def for_run(self, index: int) -> Prompt:
+        """Run i uses prompt i mod len: every label sees the same prompts in the same order."""
+        return self.prompts[index % len(self.prompts)]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "sha256": self.sha256, "count": len(self.prompts)}
+
+
+# Warm-up requests use their own prompt: reusing a timed one would put it in SGLang's prefix (radix) cache and
+# shorten that run's time to first token.
+WARMUP = Prompt("warm-up", "warm-up", "Write a short paragraph about the history of the bicycle.")
+
+
+def load(path: str | Path | None = None) -> PromptSet:
+    file = Path(path) if path else SHIPPED
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--prompts {file}: cannot read it ({exc.strerror or exc})") from None
+    prompts: list[Prompt] = []
+    seen: set[str] = set()
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"--prompts {file}, line {number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or not obj["text"].strip():
+            raise UsageError(f'{where}: each line must be an object with a non-empty "text"')
+        pid = str(obj.get("id") or f"prompt-{len(prompts) + 1}")
+        if pid in seen:
+            raise UsageError(f"{where}: duplicate id {pid!r}")
+        seen.add(pid)
+        prompts.append(Prompt(pid, str(obj.get("category") or "other"), obj["text"]))
+    if not prompts:
+        raise UsageError(f"--prompts {file}: no prompts in it")
+    name = "shipped" if file == SHIPPED else file.name
+    return PromptSet(name, hashlib.sha256(data).hexdigest(), prompts)

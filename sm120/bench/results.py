@@ -1,0 +1,188 @@
+"""bench.json: every run of every label, a summary per label, and the speedups over the baseline label.
+
+The file is rewritten (atomically) after every run, so a benchmark that dies keeps every run finished before.
+Results of several invocations can share one directory (e.g. `--label baseline`, then `--label eagle3` against
+the restarted server): labels already there are kept when their settings match, and a label measured again
+replaces its old runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from . import stats
+
+SCHEMA = 1
+BASELINE = "baseline"
+# The figures summarized per label, with how a person reads them.
+FIGURES: dict[str, str] = {
+    "decode_tok_s": "decode tok/s",
+    "e2e_tok_s": "end-to-end tok/s",
+    "ttft_s": "time to first token (s)",
+    "completion_tokens": "completion tokens",
+    "spec_accept_length": "accept length",
+    "spec_accept_rate": "accept rate",
+}
+SPEEDUP_FIGURES = ("decode_tok_s", "e2e_tok_s")
+# The settings that must match for two labels to be compared.
+COMPARABLE = ("max_tokens", "temperature", "seed", "ignore_eos", "prompts")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+@dataclass
+class Label:
+    name: str
+    source: dict[str, Any]  # {"endpoint": url} or {"image": tag, "mode": ..., "env": {...}}
+    server: dict[str, Any] = field(default_factory=dict)  # from /server_info
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "running"  # running | complete | failed
+    error: str | None = None
+    started: str = field(default_factory=_now)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in FIGURES:
+            values = [r[key] for r in self.runs if isinstance(r.get(key), (int, float))]
+            if values:
+                out[key] = stats.summarize(values).to_dict()
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "server": self.server,
+            "status": self.status,
+            "error": self.error,
+            "started": self.started,
+            "runs": self.runs,
+            "summary": self.summary(),
+        }
+
+    @classmethod
+    def from_dict(cls, name: str, data: dict[str, Any]) -> Label:
+        return cls(
+            name=name,
+            source=data.get("source", {}),
+            server=data.get("server", {}),
+            runs=list(data.get("runs", [])),
+            status=data.get("status", "complete"),
+            error=data.get("error"),
+            started=data.get("started", ""),
+        )
+
+
+@dataclass
+class Results:
+    settings: dict[str, Any]
+    labels: dict[str, Label] = field(default_factory=dict)
+    baseline: str = BASELINE
+    grid: dict[str, Any] | None = None
+    gate: dict[str, Any] | None = None
+    created: str = field(default_factory=_now)
+
+    def speedups(self) -> dict[str, dict[str, Any]]:
+        """Each label over the baseline label, per figure in SPEEDUP_FIGURES, with a 95 % interval."""
+        base = self.labels.get(self.baseline)
+        if base is None:
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        base_summary = base.summary()
+        for name, label in self.labels.items():
+            if name == self.baseline:
+                continue
+            mine = label.summary()
+            per: dict[str, Any] = {}
+            for key in SPEEDUP_FIGURES:
+                if key in mine and key in base_summary and base_summary[key]["mean"] > 0 and mine[key]["mean"] > 0:
+                    num = stats.Summary(**mine[key])
+                    den = stats.Summary(**base_summary[key])
+                    per[key] = stats.ratio_of_means(num, den).to_dict()
+            if per:
+                out[name] = per
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "schema": SCHEMA,
+            "tool": "build.py bench (sglang-sm120)",
+            "created": self.created,
+            "updated": _now(),
+            "settings": self.settings,
+            "baseline": self.baseline,
+            "labels": {name: label.to_dict() for name, label in self.labels.items()},
+            "speedup": self.speedups(),
+        }
+        if self.grid is not None:
+            data["grid"] = self.grid
+        if self.gate is not None:
+            data["gate"] = self.gate
+        return data
+
+    def save(self, directory: Path) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "bench.json"
+        fd, tmp = tempfile.mkstemp(prefix=".bench.", suffix=".json", dir=directory)
+        try:
+            os.chmod(tmp, 0o644)  # mkstemp makes it 0600; bench.json is a report others (CI artifacts) read
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(self.to_dict(), fh, indent=2)
+                fh.write("\n")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+
+def load(path: Path) -> Results:
+    """A bench.json as Results (summaries and speedups are recomputed from the runs)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: cannot read it ({exc}); use another --out or --fresh") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("labels"), dict):
+        raise UsageError(f"{path}: not a bench.json of this tool (schema {SCHEMA}); use another --out or --fresh")
+    results = Results(
+        settings=data.get("settings", {}),
+        baseline=data.get("baseline", BASELINE),
+        grid=data.get("grid"),
+        gate=data.get("gate"),
+        created=data.get("created", _now()),
+    )
+    for name, label in data["labels"].items():
+        results.labels[name] = Label.from_dict(name, label)
+    return results
+
+
+def open_results(directory: Path, settings: dict[str, Any], *, baseline: str, fresh: bool) -> tuple[Results, list[str]]:
+    """Results for DIR: the labels already in DIR/bench.json when their settings match (unless fresh).
+
+    Returns the results and the names of the labels kept.
+    """
+    path = directory / "bench.json"
+    if fresh or not path.exists():
+        return Results(settings=settings, baseline=baseline), []
+    old = load(path)
+    for key in COMPARABLE:
+        if old.settings.get(key) != settings.get(key):
+            raise UsageError(
+                f"{path} was measured with {key} {old.settings.get(key)!r}, this run uses {settings.get(key)!r}: "
+                "results would not be comparable; use another --out, the same settings, or --fresh"
+            )
+    # The gate belongs to the invocation that set it; the labels and a sweep are kept.
+    results = Results(settings=settings, baseline=baseline, grid=old.grid, created=old.created)
+    results.labels = old.labels
+    for label in results.labels.values():
+        if label.status == "running":  # a run killed too hard to record its end
+            label.status, label.error = "interrupted", label.error or "the benchmark stopped during this label"
+    return results, list(results.labels)

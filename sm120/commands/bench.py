@@ -1,0 +1,405 @@
+"""`build.py bench`: single-stream SGLang benchmark (baseline vs EAGLE-3) through SGLang's HTTP API.
+
+Against a running server:  build.py bench --endpoint URL --label NAME
+Starting the image:        build.py bench --image TAG --modes baseline,eagle3 --models DIR --env MODEL_PATH=...
+Results in --out DIR: bench.json (every run, summaries, speedups), bench.md, bench.png.
+Exit status: 0 done; 1 a run failed or --min-speedup not met; 2 bad input or the server/engine unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..bench import client, grid, report, runner
+from ..bench import prompts as prompts_mod
+from ..bench.results import BASELINE, Label, Results, open_results
+from ..cli import add_config_args, positive_int
+from ..errors import CheckFailed, UsageError
+from .plan import load_plan
+
+METRICS = {"decode": "decode_tok_s", "e2e": "e2e_tok_s"}
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmark a SGLang server or the image (baseline vs EAGLE-3)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_args(p, sglang=False, profile=False)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--endpoint", metavar="URL", help="a running SGLang server (a bare host gets the image's port)")
+    target.add_argument("--image", metavar="TAG", help="start this image once per mode (docker SDK) and measure it")
+    p.add_argument("--label", metavar="NAME", help="with --endpoint: the name of this measurement (e.g. baseline)")
+    p.add_argument(
+        "--baseline", metavar="NAME", default=BASELINE, help="label the speedups are over (default: %(default)s)"
+    )
+
+    m = p.add_argument_group("measurement")
+    m.add_argument(
+        "--runs", type=positive_int, default=10, metavar="N", help="timed runs per label (default: %(default)s)"
+    )
+    m.add_argument(
+        "--warmup", type=non_negative_int, default=1, metavar="K", help="untimed runs first (default: %(default)s)"
+    )
+    m.add_argument(
+        "--max-tokens", type=positive_int, default=256, metavar="N", help="max_new_tokens (default: %(default)s)"
+    )
+    m.add_argument("--prompts", metavar="FILE", help="JSONL prompts (default: the shipped code/chat/reasoning set)")
+    m.add_argument("--seed", type=int, default=0, help="sampling_seed sent with every request (default: %(default)s)")
+    m.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
+    m.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=300.0,
+        metavar="S",
+        help="longest wait for data (default: %(default)s)",
+    )
+    m.add_argument("--out", metavar="DIR", default="bench-results", help="results directory (default: %(default)s)")
+    m.add_argument("--fresh", action="store_true", help="drop the labels already in DIR/bench.json")
+    m.add_argument("--min-speedup", type=positive_float, metavar="X", help="exit 1 when a mode / baseline is below X")
+    m.add_argument(
+        "--speedup-metric",
+        choices=sorted(METRICS),
+        default="decode",
+        help="figure --min-speedup and --spec-grid judge by (default: %(default)s)",
+    )
+
+    d = p.add_argument_group("--image mode")
+    d.add_argument("--modes", metavar="LIST", default="baseline,eagle3", help="entrypoint modes (default: %(default)s)")
+    d.add_argument("--models", metavar="DIR", help="host model directory, mounted read-only at /models")
+    d.add_argument(
+        "--env", action="append", default=[], metavar="K=V", help="entrypoint variable (MODEL_PATH, TP_SIZE, ...)"
+    )
+    d.add_argument(
+        "--gpus", default="all", metavar="all|none|IDS", help="GPUs for the container (default: %(default)s)"
+    )
+    d.add_argument(
+        "--cache-volume", metavar="NAME", help="named volume for the JIT cache (default: <image repo>-cache)"
+    )
+    d.add_argument(
+        "--health-timeout",
+        type=positive_float,
+        default=1800.0,
+        metavar="S",
+        help="wait for /health (default: %(default)s)",
+    )
+    d.add_argument(
+        "--spec-grid", action="store_true", help="sweep EAGLE-3 steps / top-k / draft tokens, report the best"
+    )
+    for flag, default, what in (
+        ("--grid-steps", grid.DEFAULT_STEPS, "speculative steps"),
+        ("--grid-topk", grid.DEFAULT_TOPK, "EAGLE top-k"),
+        ("--grid-draft", grid.DEFAULT_DRAFT, "draft tokens"),
+    ):
+        d.add_argument(
+            flag, metavar="LIST", default=",".join(map(str, default)), help=f"{what} to sweep (default: %(default)s)"
+        )
+    p.set_defaults(func=run)
+
+
+def _parse_env(items: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not key.replace("_", "").isalnum() or key[0].isdigit():
+            raise UsageError(f"--env {item!r}: give NAME=VALUE, e.g. --env MODEL_PATH=/models/Kimi-K2.5-NVFP4")
+        env[key] = value
+    return env
+
+
+def _check_label(name: str, flag: str) -> str:
+    if not name or any(c in name for c in "/\\|\n") or name.startswith("."):
+        raise UsageError(f"{flag} {name!r}: use letters, digits, '-', '_' or '.'")
+    return name
+
+
+def _settings(args: argparse.Namespace, prompt_set: prompts_mod.PromptSet) -> dict[str, Any]:
+    return {
+        "max_tokens": args.max_tokens,
+        "temperature": 0.0,
+        "seed": args.seed,
+        "ignore_eos": args.ignore_eos,
+        "prompts": prompt_set.to_dict(),
+        "runs": args.runs,
+        "warmup": args.warmup,
+        "read_timeout_s": args.timeout,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = load_plan(args)
+    if args.endpoint:
+        if not args.label:
+            raise UsageError("--endpoint needs --label NAME (e.g. --label baseline, then --label eagle3)")
+        for flag in ("spec_grid", "models", "cache_volume"):
+            if getattr(args, flag):
+                raise UsageError(f"--{flag.replace('_', '-')} goes with --image, not --endpoint")
+        if args.env:
+            raise UsageError("--env goes with --image, not --endpoint")
+        labels = [_check_label(args.label, "--label")]
+        endpoint = client.normalize_endpoint(args.endpoint, plan.image["port"])
+    else:
+        if args.label:
+            raise UsageError("--label goes with --endpoint; with --image the labels are the modes")
+        labels = []  # decided by the image job below
+    _check_label(args.baseline, "--baseline")
+
+    prompt_set = prompts_mod.load(args.prompts)
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: not a directory")
+    if args.max_tokens < 2:
+        raise UsageError("--max-tokens must be at least 2: decode speed needs tokens after the first")
+    sampling = client.SamplingSettings(max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
+    run_plan = runner.RunPlan(runs=args.runs, warmup=args.warmup, sampling=sampling, read_timeout_s=args.timeout)
+
+    image_job = None
+    if args.image:
+        image_job = _ImageJob(args, plan)
+        labels = image_job.labels
+
+    results, kept = open_results(out_dir, _settings(args, prompt_set), baseline=args.baseline, fresh=args.fresh)
+    if args.min_speedup is not None:
+        present = set(results.labels) | set(labels)
+        if args.baseline not in present or len(present - {args.baseline}) == 0:
+            raise UsageError(
+                f"--min-speedup needs results for label {args.baseline!r} and another label in {out_dir}; "
+                f"measure {args.baseline!r} first (--label {args.baseline}) or use --image --modes baseline,..."
+            )
+    if kept:
+        kept_now = [k for k in kept if k not in labels]
+        if kept_now:
+            print(f"bench: keeping {', '.join(kept_now)} from {out_dir / 'bench.json'}", file=sys.stderr)
+
+    try:
+        if image_job is None:
+            label = Label(labels[0], source={"endpoint": endpoint})
+            runner.measure_label(endpoint, label, results, out_dir, prompt_set, run_plan)
+        else:
+            image_job.run(results, out_dir, prompt_set, run_plan)
+    except BaseException:
+        # Keep what was measured: bench.json (already saved after each run), bench.md and bench.png.
+        for label in results.labels.values():
+            if label.status == "running":
+                label.status, label.error = "interrupted", label.error or "the benchmark stopped during this label"
+        if any(label.runs or label.error for label in results.labels.values()):
+            with contextlib.suppress(Exception):  # never hide the real error behind a report error
+                report.write(results, out_dir)
+        raise
+
+    gate_failed = None
+    if args.min_speedup is not None:
+        only = [image_job.best] if image_job and image_job.grid_points and image_job.best else None
+        gate_failed = _gate(results, args.min_speedup, METRICS[args.speedup_metric], only)
+    paths = report.write(results, out_dir)
+    _print_summary(results)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    if gate_failed:
+        raise CheckFailed(gate_failed)
+    if image_job and image_job.failures:
+        raise CheckFailed(image_job.failures[0])
+    return 0
+
+
+def _gate(results: Results, minimum: float, figure: str, only: list[str] | None) -> str | None:
+    """Set results.gate; return the one-line failure, or None when every compared label reaches minimum."""
+    speedups = results.speedups()
+    names = only or [n for n in results.labels if n != results.baseline]
+    failures, checked = [], []
+    for name in names:
+        r = speedups.get(name, {}).get(figure)
+        if r is None:
+            failures.append(f"{name}: no {figure} speedup over {results.baseline} (no finished runs)")
+            continue
+        interval = f" (95 % CI {r['ci95_low']:.3f}–{r['ci95_high']:.3f})" if r.get("ci95_low") is not None else ""
+        text = f"{name} / {results.baseline} {figure} = {r['ratio']:.3f}{interval}"
+        checked.append(text)
+        if r["ratio"] < minimum:
+            failures.append(f"{text} is below --min-speedup {minimum:g}")
+    passed = not failures
+    message = "; ".join(failures) if failures else "; ".join(checked) + f" ≥ {minimum:g}"
+    results.gate = {"min_speedup": minimum, "figure": figure, "labels": names, "passed": passed, "message": message}
+    return None if passed else failures[0]
+
+
+def _print_summary(results: Results) -> None:
+    data = results.to_dict()
+    for name, label in data["labels"].items():
+        sm = label["summary"]
+        parts = [f"{name:<20} {len(label['runs']):>3} runs"]
+        for key, title, digits in (("decode_tok_s", "decode", 1), ("e2e_tok_s", "e2e", 1), ("ttft_s", "ttft", 3)):
+            if key in sm:
+                s = sm[key]
+                ci = (
+                    f" [{s['ci95_low']:.{digits}f}, {s['ci95_high']:.{digits}f}]"
+                    if s.get("ci95_low") is not None
+                    else ""
+                )
+                parts.append(f"{title} {s['mean']:.{digits}f}{ci}")
+        if "spec_accept_length" in sm:
+            parts.append(f"accept {sm['spec_accept_length']['mean']:.2f}")
+        sp = data["speedup"].get(name, {}).get("decode_tok_s")
+        if sp:
+            parts.append(f"speedup ×{sp['ratio']:.3f}")
+        if label["status"] != "complete":
+            parts.append(label["status"])
+        print("  ".join(parts))
+
+
+class _ImageJob:
+    """--image: one container per mode (and per grid point), measured in turn."""
+
+    def __init__(self, args: argparse.Namespace, plan: Any) -> None:
+        from ..bench import docker_runner
+
+        self.dr = docker_runner
+        self.args = args
+        modes_known = plan.entrypoint["modes"]
+        self.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        if not self.modes:
+            raise UsageError("--modes is empty: give e.g. baseline,eagle3")
+        for mode in self.modes:
+            if mode not in modes_known:
+                raise UsageError(
+                    f"--modes {mode!r}: the image knows {', '.join(sorted(modes_known))} (build.toml [modes])"
+                )
+        if len(set(self.modes)) != len(self.modes):
+            raise UsageError(f"--modes {args.modes!r}: a mode is listed twice")
+        if args.gpus not in ("all", "none") and not all(g.strip().isdigit() for g in args.gpus.split(",")):
+            raise UsageError(f"--gpus {args.gpus!r}: give all, none, or device numbers such as 0,1")
+        self.env = _parse_env(args.env)
+        self.port = int(self.env.get("PORT", plan.image["port"]))
+        self.env.setdefault("HOST", "0.0.0.0")
+        self.env.setdefault("PORT", str(self.port))
+        if "MODEL_PATH" not in self.env:
+            raise UsageError(
+                "--image needs --env MODEL_PATH=PATH (the model's path inside the container, e.g. /models/NAME)"
+            )
+        self.models = Path(args.models) if args.models else None
+        if self.models is not None and not self.models.is_dir():
+            raise UsageError(f"--models {args.models}: no such directory")
+        for key in ("MODEL_PATH", "DRAFT_MODEL_PATH"):
+            self._check_model_path(key)
+        for mode in self.modes:
+            if modes_known[mode].get("draft") and "DRAFT_MODEL_PATH" not in self.env:
+                raise UsageError(f"mode {mode} needs --env DRAFT_MODEL_PATH=PATH (the EAGLE-3 draft model)")
+        self.cache_dir = plan.image["cache_dir"]
+        self.cache_volume = args.cache_volume or f"{plan.tags[0].split(':')[0].rsplit('/', 1)[-1]}-cache"
+        self.grid_points: list[grid.Point] = []
+        if args.spec_grid:
+            spec_modes = [m for m in self.modes if modes_known[m].get("spec_num_steps") is not None]
+            if not spec_modes:
+                raise UsageError("--spec-grid sweeps EAGLE-3 settings: add eagle3 to --modes")
+            self.spec_mode = spec_modes[0]
+            ref = modes_known[self.spec_mode]
+            reference = (ref["spec_num_steps"], ref["spec_eagle_topk"], ref["spec_num_draft_tokens"])
+            self.grid_points = grid.points(
+                grid.parse_list(args.grid_steps, "--grid-steps"),
+                grid.parse_list(args.grid_topk, "--grid-topk"),
+                grid.parse_list(args.grid_draft, "--grid-draft"),
+                reference,
+            )
+        self.labels = [m for m in self.modes if not (self.grid_points and m == self.spec_mode)]
+        self.labels += [p.label for p in self.grid_points]
+        self.best: str | None = None
+        self.failures: list[str] = []
+
+    def _check_model_path(self, key: str) -> None:
+        value = self.env.get(key)
+        if not value or not value.startswith(self.dr.MODELS_MOUNT + "/"):
+            return
+        if self.models is None:
+            raise UsageError(
+                f"--env {key}={value} is under {self.dr.MODELS_MOUNT}: give --models DIR (the host directory)"
+            )
+        host = self.models / value[len(self.dr.MODELS_MOUNT) + 1 :]
+        if not host.exists():
+            raise UsageError(f"--env {key}={value}: {host} does not exist on this host")
+
+    def _spec(self, mode: str, label: str, extra_env: dict[str, str]) -> Any:
+        return self.dr.ContainerSpec(
+            image=self.args.image,
+            mode=mode,
+            label=label,
+            env={**self.env, **extra_env},
+            port=self.port,
+            cache_dir=self.cache_dir,
+            cache_volume=self.cache_volume,
+            models_dir=self.models,
+            gpus=self.args.gpus,
+            health_timeout_s=self.args.health_timeout,
+        )
+
+    def _measure(
+        self, docker_client: Any, spec: Any, results: Results, out_dir: Path, prompt_set: Any, run_plan: Any
+    ) -> None:
+        source = {"image": spec.image, "mode": spec.mode, "env": spec.recorded_env(), "gpus": spec.gpus}
+        if spec.label.startswith("eagle3-s"):
+            point = next(p for p in self.grid_points if p.label == spec.label)
+            source["spec"] = {"steps": point.steps, "topk": point.topk, "draft": point.draft}
+        label = Label(spec.label, source=source)
+        results.labels[spec.label] = label
+        try:
+            with self.dr.serve(docker_client, spec, out_dir) as endpoint:
+                runner.measure_label(endpoint, label, results, out_dir, prompt_set, run_plan)
+        except CheckFailed as exc:
+            label.status = "failed"
+            label.error = label.error or str(exc)
+            results.save(out_dir)
+            raise
+
+    def run(self, results: Results, out_dir: Path, prompt_set: Any, run_plan: Any) -> None:
+        docker_client = self.dr.connect()
+        self.dr.check_image(docker_client, self.args.image)
+        for mode in self.modes:
+            if self.grid_points and mode == self.spec_mode:
+                continue
+            self._measure(docker_client, self._spec(mode, mode, {}), results, out_dir, prompt_set, run_plan)
+        if not self.grid_points:
+            return
+        figure = METRICS[self.args.speedup_metric]
+        results.grid = {"figure": figure, "points": [p.to_dict() for p in self.grid_points], "best": None}
+        for point in self.grid_points:
+            spec = self._spec(self.spec_mode, point.label, point.env())
+            try:
+                self._measure(docker_client, spec, results, out_dir, prompt_set, run_plan)
+            except CheckFailed as exc:
+                # One setting that cannot run (e.g. out of memory with a large draft tree) does not end the sweep.
+                self.failures.append(str(exc))
+                for entry in results.grid["points"]:
+                    if entry["label"] == point.label:
+                        entry["error"] = str(exc)
+                print(f"bench: {exc}; going on with the next setting", file=sys.stderr)
+        summaries = {name: label.summary() for name, label in results.labels.items()}
+        best = grid.best(summaries, self.grid_points, figure)
+        self.best = best.label if best else None
+        results.grid["best"] = self.best
+        results.save(out_dir)
+        if self.best is not None:
+            self.failures = []  # the sweep found a best setting: failed points are reported, not fatal

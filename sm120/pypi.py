@@ -1,0 +1,260 @@
+"""SGLang releases on PyPI: list them, download a release's wheel (cached), extract its source tree.
+
+Everything is cached under ~/.cache/sglang-sm120/pypi (SGLANG_SM120_CACHE moves the root):
+
+    pypi/wheels/<wheel file>         verified against PyPI's sha256
+    pypi/meta/<version>.json         which file was picked for a release, its sha256 (lets a release be used offline)
+    pypi/src/<version>/              the wheel's .py files and dist-info (enough for `patches check`)
+
+Up to 0.5.9 SGLang shipped one pure-Python wheel; later releases ship compiled wheels per Python and platform,
+whose Python sources are the same for every tag: one x86_64 wheel (cp311 preferred) stands for the release.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin
+
+import requests
+from packaging.version import InvalidVersion, Version
+
+from .errors import CheckFailed, UsageError
+
+PACKAGE = "sglang"
+INDEX = os.environ.get("SGLANG_SM120_PYPI", "https://pypi.org/pypi")
+TIMEOUT = (10, 120)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SGLANG_SM120_CACHE", "~/.cache/sglang-sm120")).expanduser() / "pypi"
+
+
+def parse_version(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise UsageError(f"--sglang {text!r} is not a version (like 0.5.9)") from None
+
+
+@dataclass(frozen=True)
+class WheelFile:
+    version: str
+    filename: str
+    url: str
+    sha256: str
+    size: int
+
+
+def _get_json(url: str) -> Any:
+    try:
+        response = requests.get(url, timeout=TIMEOUT)
+    except requests.RequestException as exc:
+        raise CheckFailed(f"cannot reach PyPI ({url}): {type(exc).__name__}") from None
+    if response.status_code == 404:
+        return None
+    if not response.ok:
+        raise CheckFailed(f"PyPI answered {response.status_code} for {url}")
+    try:
+        return response.json()
+    except ValueError:
+        raise CheckFailed(f"PyPI answered something that is not JSON for {url}") from None
+
+
+_RELEASES: dict[str, list[dict[str, Any]]] | None = None
+
+
+def all_releases() -> dict[str, list[dict[str, Any]]]:
+    """{version: [file, ...]} from PyPI's JSON API for the project (fetched once per process)."""
+    global _RELEASES
+    if _RELEASES is None:
+        data = _get_json(f"{INDEX}/{PACKAGE}/json")
+        if data is None:
+            raise CheckFailed(f"PyPI has no project {PACKAGE!r}")
+        _RELEASES = data["releases"]
+    return _RELEASES
+
+
+def final_releases(minimum: str = "0.5.9") -> list[str]:
+    """Every final release (no pre-, dev-release; post-releases included) >= minimum with files not all yanked."""
+    floor = Version(minimum)
+    out = []
+    for text, files in all_releases().items():
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        if version.is_prerelease or version.is_devrelease or version < floor:
+            continue
+        if not files or all(f.get("yanked") for f in files):
+            continue
+        out.append(text)
+    return sorted(out, key=Version)
+
+
+def _pick(version: str, files: list[dict[str, Any]]) -> WheelFile:
+    wheels = [f for f in files if f["filename"].endswith(".whl") and not f.get("yanked")]
+
+    def rank(f: dict[str, Any]) -> tuple[int, str]:
+        name = f["filename"]
+        if name.endswith("-py3-none-any.whl"):
+            return (0, name)
+        if "-cp311-" in name and name.endswith("x86_64.whl"):
+            return (1, name)
+        if name.endswith("x86_64.whl"):
+            return (2, name)
+        return (3, name)
+
+    if not wheels:
+        raise CheckFailed(f"sglang {version} has no wheel on PyPI (only {', '.join(f['filename'] for f in files)})")
+    best = min(wheels, key=rank)
+    # PyPI answers absolute URLs; a mirror may answer ones relative to the JSON document.
+    url = urljoin(f"{INDEX}/{PACKAGE}/json", best["url"])
+    return WheelFile(version, best["filename"], url, best["digests"]["sha256"], best["size"])
+
+
+def _meta_path(version: str) -> Path:
+    return cache_root() / "meta" / f"{version}.json"
+
+
+def wheel_for(version: str) -> WheelFile:
+    """The wheel that stands for `version`: from the cache when known, else from PyPI (one line if missing)."""
+    parse_version(version)
+    meta = _meta_path(version)
+    if meta.exists():
+        try:
+            return WheelFile(**json.loads(meta.read_text()))
+        except (ValueError, TypeError):
+            meta.unlink()
+    releases = all_releases()
+    files = releases.get(version)
+    if files is None:  # PyPI spells versions as uploaded; match 0.5.10.post1 == 0.5.10-post1 too
+        wanted = Version(version)
+        files = next((f for v, f in releases.items() if _same(v, wanted)), None)
+    if not files:
+        raise UsageError(f"sglang {version} is not on PyPI (newest final release: {newest_or_unknown()})")
+    wheel = _pick(version, files)
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(meta, json.dumps(wheel.__dict__, indent=2) + "\n")
+    return wheel
+
+
+def _same(text: str, wanted: Version) -> bool:
+    try:
+        return Version(text) == wanted
+    except InvalidVersion:
+        return False
+
+
+def newest_or_unknown() -> str:
+    try:
+        releases = final_releases("0")
+    except CheckFailed:
+        return "unknown"
+    return releases[-1] if releases else "none"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(version: str, *, progress: Callable[[str], None] | None = None) -> Path:
+    """The release's wheel in the cache, downloaded and sha256-checked if not there yet."""
+    wheel = wheel_for(version)
+    target = cache_root() / "wheels" / wheel.filename
+    if target.exists() and target.stat().st_size == wheel.size:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if progress:
+        progress(f"downloading {wheel.filename} ({wheel.size / 2**20:.1f} MiB)")
+    partial = target.with_name(target.name + ".part")
+    try:
+        with requests.get(wheel.url, stream=True, timeout=TIMEOUT) as response:
+            response.raise_for_status()
+            bar = _bar(wheel.size, wheel.filename)
+            with open(partial, "wb") as handle:
+                for chunk in response.iter_content(1 << 20):
+                    handle.write(chunk)
+                    if bar is not None:
+                        bar.update(len(chunk))
+            if bar is not None:
+                bar.close()
+    except requests.RequestException as exc:
+        partial.unlink(missing_ok=True)
+        raise CheckFailed(f"downloading {wheel.filename} failed: {type(exc).__name__}") from None
+    digest = _sha256(partial)
+    if digest != wheel.sha256:
+        partial.unlink()
+        raise CheckFailed(f"{wheel.filename}: sha256 {digest} does not match PyPI's {wheel.sha256}")
+    partial.replace(target)
+    return target
+
+
+def _bar(total: int, desc: str) -> Any:
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False)
+
+
+def _is_source(name: str) -> bool:
+    return name.endswith(".py") or ".dist-info/" in name
+
+
+def extract(wheel: Path, dest: Path, *, python_only: bool) -> Path:
+    """Unpack `wheel` into `dest` (site-packages layout); with python_only only .py files and the dist-info."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            for info in archive.infolist():
+                if info.is_dir() or (python_only and not _is_source(info.filename)):
+                    continue
+                target = (dest / info.filename).resolve()
+                if dest.resolve() not in target.parents:
+                    raise CheckFailed(f"{wheel.name}: member {info.filename!r} would land outside {dest}")
+                archive.extract(info, dest)
+                mode = (info.external_attr >> 16) & 0o777
+                if mode:
+                    os.chmod(target, mode)
+    except zipfile.BadZipFile:
+        raise CheckFailed(f"{wheel}: not a valid wheel (zip); delete it to download it again") from None
+    return dest
+
+
+def source_tree(version: str, *, progress: Callable[[str], None] | None = None) -> Path:
+    """The release's Python sources (site-packages layout) in the cache, for checks. Extracted once."""
+    target = cache_root() / "src" / version
+    if (target / ".complete").exists():
+        return target
+    wheel = download(version, progress=progress)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=target.parent))
+    try:
+        extract(wheel, scratch, python_only=True)
+        (scratch / ".complete").write_text(wheel.name + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        scratch.rename(target)
+    finally:
+        if scratch.exists():
+            shutil.rmtree(scratch, ignore_errors=True)
+    return target

@@ -1,0 +1,90 @@
+"""TEST-ONLY stand-ins for compiled modules that cannot load on a CPU-only machine.
+
+`sgl_kernel` (the PyPI builds of `sgl-kernel` / `sglang-kernel`) links CUDA libraries and needs a driver, so
+`import sglang.srt.models.kimi_k25` fails on a CPU runner before any Python of interest runs. The code the T1
+tests exercise (EAGLE-3 delegation, the symmetric-memory size tables) never calls a kernel, so a stand-in that
+hands out mock modules is enough to import it. NEVER use this outside tests: any call into a stand-in kernel
+returns a `MagicMock`, not a result.
+
+This file is standard-library only and is loaded by path into the upstream venv's interpreter (it is not
+imported as part of the `sm120` package there):
+
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sm120_upstream_stubs", PATH)
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    mod.install()                       # before the first `import sglang...`
+
+`sm120.upstream_env.run_snippet` does this for you.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from collections.abc import Iterable, Sequence
+from unittest import mock
+
+# Top-level packages replaced by default: the kernel library under both its import name and nothing else.
+DEFAULT_STUBBED = ("sgl_kernel",)
+
+
+class StubModule(types.ModuleType):
+    """A module whose every missing attribute is a MagicMock (so `from sgl_kernel import x` works)."""
+
+    __stub__ = True
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        value = mock.MagicMock(name=f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StubLoader(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = StubModule(spec.name)
+        module.__path__ = []  # a package: submodules (sgl_kernel.flash_attn, ...) resolve through the finder too
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__version__ = "0.0.0+stub"  # type: ignore[attr-defined]
+
+
+class StubFinder(importlib.abc.MetaPathFinder):
+    """Meta-path finder that answers for the named top-level packages and all their submodules."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = tuple(names)
+        self.imported: list[str] = []
+
+    def _covers(self, fullname: str) -> bool:
+        return any(fullname == n or fullname.startswith(n + ".") for n in self.names)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not self._covers(fullname):
+            return None
+        self.imported.append(fullname)
+        return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
+
+
+def install(names: Iterable[str] = DEFAULT_STUBBED) -> StubFinder:
+    """Put a StubFinder first on sys.meta_path (so it wins over an installed but unloadable package)."""
+    finder = StubFinder(names)
+    for name in list(sys.modules):
+        if finder._covers(name):
+            del sys.modules[name]
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
+def uninstall(finder: StubFinder) -> None:
+    if finder in sys.meta_path:
+        sys.meta_path.remove(finder)
+    for name in list(sys.modules):
+        if finder._covers(name):
+            del sys.modules[name]

@@ -1,0 +1,113 @@
+"""T0: the entrypoint's part of build.toml and of the plan: mode presets, runtime rules (names, conditions, the
+patch a rule needs -> that patch's upstream_check in the plan), left-out flags; and bad rules are refused."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sm120 import config as cfg
+from sm120 import plan as planmod
+from sm120 import resources as res
+from sm120.errors import UsageError
+from tests.entrypoint_helpers import entrypoint_module
+
+ROOT = Path(__file__).resolve().parents[2]
+MACHINE = res.Resources(cpus=2, memory_bytes=24 * 1024**3, source="test")
+presets_mod = entrypoint_module("presets")
+
+
+def entry(version: str, config: cfg.Config | None = None) -> dict:
+    config = config or cfg.load(ROOT / "build.toml")
+    return planmod.resolve(config, profile="offline", sglang=version, machine=MACHINE).entrypoint
+
+
+def copy_config(tmp_path: Path, edit) -> Path:
+    text = edit((ROOT / "build.toml").read_text())
+    for patch in (ROOT / "patches").rglob("*.patch"):
+        target = tmp_path / patch.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(patch.read_bytes())
+    (tmp_path / "build.toml").write_text(text)
+    return tmp_path / "build.toml"
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_the_entrypoint_reads_what_the_plan_holds(version):
+    data = entry(version)
+    presets = presets_mod.parse({"entrypoint": data}, "plan")
+    assert presets.sglang_version == version and presets.cuda_archs == ["12.0"]
+    eagle3 = presets.modes["eagle3"]
+    assert (eagle3.spec_num_steps, eagle3.spec_eagle_topk, eagle3.spec_num_draft_tokens) == (2, 4, 16)
+    assert eagle3.args == ["--speculative-algorithm", "EAGLE3"] and eagle3.draft
+    assert presets.modes["baseline"].args == [] and not presets.modes["baseline"].draft
+
+
+def test_rules_of_the_tracks():
+    old = {r["name"]: r for r in entry("0.5.9")["runtime"]}
+    new = {r["name"]: r for r in entry("0.5.23")["runtime"]}
+    assert old["no-jit-deepgemm"]["env"] == {"SGLANG_ENABLE_JIT_DEEPGEMM": "0"}
+    assert "no-jit-deepgemm" not in new  # 0.5.23 probes deep_gemm's sm_120 kernels itself
+    assert new["nvfp4-moe-cutlass"]["args"] == ["--moe-runner-backend", "flashinfer_cutlass"]
+    assert new["nvfp4-moe-cutlass"]["when"] == ["nvfp4"]
+    for rules in (old, new):
+        symm = rules["torch-symm-mem"]
+        assert symm["args"] == ["--enable-torch-symm-mem"] and symm["when"] == ["tp>1", "single-node"]
+        # The rule carries the patch's own upstream_check: the entrypoint finds the change in the installed files.
+        patch = cfg.load(ROOT / "build.toml").patches["torch-symm-mem-sm120"]
+        assert symm["requires"] == {
+            "patch": "torch-symm-mem-sm120",
+            "checks": [c.model_dump() for c in patch.upstream_checks],
+        }
+    for version in ("0.5.9", "0.5.23"):
+        assert [lo["args"] for lo in entry(version)["left_out"]] == [["--enable-flashinfer-allreduce-fusion"]]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('name = "no-jit-deepgemm"\n', "", "name"),
+        ('name = "torch-symm-mem"\nwhen = ["tp>1", "single-node"]', 'name = "torch-symm-mem"\nwhen = ["tp>2"]', "when"),
+        ('env = { SGLANG_ENABLE_JIT_DEEPGEMM = "0" }\n', "", "sets neither env nor args"),
+        ('name = "no-jit-deepgemm"', 'name = "No Deepgemm"', "name"),
+    ],
+)
+def test_bad_rules_are_refused_by_the_config(tmp_path, old, new, message):
+    path = copy_config(tmp_path, lambda s: s.replace(old, new, 1))
+    with pytest.raises(UsageError, match=message):
+        cfg.load(path)
+
+
+def test_rule_args_start_with_an_option(tmp_path):
+    path = copy_config(
+        tmp_path, lambda s: s.replace('args = ["--enable-torch-symm-mem"]', 'args = ["enable-torch-symm-mem"]', 1)
+    )
+    with pytest.raises(UsageError, match="is not an SGLang option"):
+        cfg.load(path)
+
+
+def test_rule_needing_an_unknown_patch(tmp_path):
+    path = copy_config(
+        tmp_path, lambda s: s.replace('requires_patch = "torch-symm-mem-sm120"', 'requires_patch = "x"', 1)
+    )
+    with pytest.raises(UsageError, match="unknown patch 'x'"):
+        entry("0.5.9", cfg.load(path))
+
+
+def test_rule_needing_a_patch_without_upstream_check(tmp_path):
+    path = copy_config(
+        tmp_path,
+        lambda s: s.replace(
+            'requires_patch = "torch-symm-mem-sm120"', 'requires_patch = "flash-attn-kernel-subset"', 1
+        ),
+    )
+    with pytest.raises(UsageError, match="has no upstream_check"):
+        entry("0.5.9", cfg.load(path))
+
+
+def test_two_rules_with_one_name(tmp_path):
+    path = copy_config(tmp_path, lambda s: s.replace('name = "torch-symm-mem"', 'name = "no-jit-deepgemm"', 1))
+    with pytest.raises(UsageError, match=re.escape("two runtime rules of track 0.5.9 are named 'no-jit-deepgemm'")):
+        entry("0.5.9", cfg.load(path))

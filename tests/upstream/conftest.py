@@ -1,0 +1,47 @@
+"""T1 fixtures: the real SGLang releases of the tracks in build.toml, in cached CPU-only venvs.
+
+    @pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+    def test_something(sglang_python):            # a Path to that release's python executable
+        out = run_snippet(sglang_python, "import sglang; emit(sglang.__version__)")
+
+The track list comes from build.toml (`sorted(sm120.config.load().tracks, key=Version)`); `run_snippet`
+is `sm120.upstream_env.run_snippet` (also offered as a fixture).
+Every test collected under tests/upstream is marked `upstream` (T1) automatically.
+The first run builds each venv (minutes, a few GiB each, under ~/.cache/sglang-sm120/upstream); later
+runs reuse them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from sm120 import config as cfg
+from sm120 import upstream_env
+
+TRACKS: list[str] = sorted(cfg.load().tracks, key=Version)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.upstream)
+
+
+@pytest.fixture(scope="session")
+def sglang_python(request: pytest.FixtureRequest) -> Path:
+    """The python executable of the cached venv for SGLang `request.param` (default: defaults.sglang)."""
+    version = getattr(request, "param", None) or cfg.load().defaults.sglang
+    try:
+        return upstream_env.ensure(version)
+    except (upstream_env.UpstreamEnvError, upstream_env.UsageError) as exc:
+        pytest.fail(f"T1 environment for sglang {version}: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def run_snippet():
+    """`run_snippet(python, code, **kw)`: run code in an upstream interpreter, return what it emit()ted."""
+    return upstream_env.run_snippet

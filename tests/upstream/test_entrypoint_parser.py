@@ -1,0 +1,198 @@
+"""T1: the entrypoint's commands against the real SGLang releases of the tracks (CPU-only venvs, no GPU).
+
+For each track: `<venv python> docker/entrypoint.py MODE --dry-run` with the track's real plan, TP_SIZE=8, a
+Kimi-K2.5-like NVFP4 target and an LlamaForCausalLMEagle3 draft (config.json only). The command must be
+accepted by that release's own parser (`ServerArgs.add_cli_args`), once inside the entrypoint and once
+more here, parsing the printed last line independently. Run against the release as the image ships it
+(`build.py patches apply`, first on PYTHONPATH) and as published on PyPI (the venv alone), where the rules
+that need a patch must stay out and the unpatched 0.5.9 must refuse Kimi-K2.5 with EAGLE-3 in seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import shlex
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from sm120 import config as cfg
+from sm120 import patching
+from tests.entrypoint_helpers import (
+    clean_env,
+    eagle3_draft,
+    kimi_target,
+    real_plan,
+    run_entrypoint,
+    stderr_lines,
+)
+from tests.helpers import run_build_py
+
+CONFIG = cfg.load()
+TRACKS = sorted(CONFIG.tracks, key=Version)
+TIMEOUT_S = 600  # importing SGLang's server_args takes 10-40 s on a small CPU machine
+
+
+@pytest.fixture(scope="module")
+def image_sglang(tmp_path_factory: pytest.TempPathFactory):
+    """image_sglang(version): the release patched as the image build patches it (site-packages layout)."""
+
+    @functools.cache
+    def make(version: str) -> Path:
+        dest = tmp_path_factory.mktemp(f"image-sglang-{version}") / "site-packages"
+        proc = run_build_py("patches", "apply", "--sglang", version, "--dest", str(dest))
+        assert proc.returncode == 0, proc.stderr
+        return dest
+
+    return make
+
+
+@pytest.fixture
+def env(tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, str]:
+    version = request.node.callspec.params["sglang_python"]
+    return clean_env(
+        SM120_PLAN=str(real_plan(tmp_path / "plan.json", version)),
+        MODEL_PATH=str(kimi_target(tmp_path / "Kimi-K2.5-NVFP4", nvfp4=True)),
+        DRAFT_MODEL_PATH=str(eagle3_draft(tmp_path / "Kimi-K2.5-eagle3")),
+        TP_SIZE="8",
+    )
+
+
+def sglang_args(stdout: str) -> list[str]:
+    words = shlex.split(stdout.strip().splitlines()[-1])
+    return words[words.index("sglang.launch_server") + 1 :]
+
+
+PARSE = """
+import argparse
+from sglang.srt.server_args import ServerArgs
+from sglang.version import __version__
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise SystemExit("rejected: " + message)
+
+parser = Parser()
+ServerArgs.add_cli_args(parser)
+ns = parser.parse_args(ARGS)
+dest = {opt: parser._option_string_actions[opt].dest for opt in OPTIONS}
+emit({"version": __version__, **{opt: getattr(ns, d) for opt, d in dest.items()}})
+"""
+
+OPTIONS = [
+    "--model-path",
+    "--speculative-algorithm",
+    "--speculative-draft-model-path",
+    "--speculative-num-steps",
+    "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens",
+    "--tp-size",
+    "--host",
+    "--port",
+    "--moe-runner-backend",
+    "--enable-torch-symm-mem",
+]
+
+
+def parse_independently(run_snippet, python: Path, args: list[str], pythonpath=()) -> dict:
+    code = f"ARGS = {args!r}\nOPTIONS = {OPTIONS!r}\n" + PARSE
+    return run_snippet(python, code, pythonpath=pythonpath, stubs=False)
+
+
+def ok(proc, version: str) -> None:
+    assert proc.returncode == 0, proc.stderr
+    assert f"# the command is accepted by SGLang {version}'s own parser" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+def test_eagle3_as_the_image_ships_it(sglang_python, env, image_sglang, run_snippet, request):
+    """The issue's "done when": MODEL_PATH, DRAFT_MODEL_PATH, TP_SIZE=8, eagle3 --dry-run, accepted by SGLang."""
+    version = request.node.callspec.params["sglang_python"]
+    site = image_sglang(version)
+    proc = run_entrypoint(
+        ["eagle3", "--dry-run"], {**env, "PYTHONPATH": str(site)}, python=sglang_python, timeout=TIMEOUT_S
+    )
+    ok(proc, version)
+    args = sglang_args(proc.stdout)
+    parsed = parse_independently(run_snippet, sglang_python, args, pythonpath=[site])
+    assert parsed["version"] == version
+    assert parsed["--speculative-algorithm"] == "EAGLE3"
+    assert (parsed["--speculative-num-steps"], parsed["--speculative-eagle-topk"]) == (2, 4)
+    assert parsed["--speculative-num-draft-tokens"] == 16
+    assert parsed["--tp-size"] == 8 and parsed["--host"] == "0.0.0.0" and parsed["--port"] == 30000
+    assert parsed["--model-path"] == env["MODEL_PATH"]
+    assert parsed["--speculative-draft-model-path"] == env["DRAFT_MODEL_PATH"]
+    # The patched release has the torch-symm-mem-sm120 change: the rule applies (TP 8, one node).
+    assert parsed["--enable-torch-symm-mem"] is True
+    # The NVFP4 rule exists on 0.5.23 only; DeepGEMM's JIT is turned off on 0.5.9 only.
+    nvfp4_rule = any("nvfp4" in r.conditions for r in CONFIG.tracks[version].runtime)
+    assert parsed["--moe-runner-backend"] == ("flashinfer_cutlass" if nvfp4_rule else "auto")
+    assert ("SGLANG_ENABLE_JIT_DEEPGEMM=0" in proc.stdout.splitlines()[-1]) == (version == "0.5.9")
+
+
+@pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+def test_baseline_on_the_published_release(sglang_python, env, run_snippet, request):
+    version = request.node.callspec.params["sglang_python"]
+    proc = run_entrypoint(["baseline", "--dry-run"], env, python=sglang_python, timeout=TIMEOUT_S)
+    ok(proc, version)
+    args = sglang_args(proc.stdout)
+    assert "--speculative-algorithm" not in args
+    # No release up to 0.5.23 has the capability-12 change: the rule that needs it stays out, and says why.
+    assert "--enable-torch-symm-mem" not in args
+    assert "lacks the torch-symm-mem-sm120 change" in proc.stderr
+    parsed = parse_independently(run_snippet, sglang_python, args)
+    assert parsed["--tp-size"] == 8 and parsed["--speculative-algorithm"] is None
+
+
+@pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+def test_kimi_eagle3_on_the_published_release(sglang_python, env, request):
+    """Published 0.5.9's KimiK25 lacks the EAGLE-3 hooks (the seeds' crash after an 8-minute load): exit 2 now."""
+    version = request.node.callspec.params["sglang_python"]
+    site = Path(
+        next(p for p in sglang_python.parent.parent.glob("lib/python*/site-packages") if (p / "sglang").is_dir())
+    )
+    has_hooks = patching.upstream_has(CONFIG.patches["kimi-k25-eagle3-delegation"], site)
+    if version == "0.5.9":
+        assert not has_hooks  # FINDINGS.md: added upstream in 0.5.10rc0
+    proc = run_entrypoint(["eagle3", "--dry-run"], env, python=sglang_python, timeout=TIMEOUT_S)
+    if has_hooks:
+        ok(proc, version)
+    else:
+        assert proc.returncode == 2 and len(stderr_lines(proc)) <= 3
+        assert f"SGLang {version}'s KimiK25ForConditionalGeneration lacks get_embed_and_head" in proc.stderr
+
+
+@pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+def test_unknown_option_is_caught_by_the_real_parser(sglang_python, env, request):
+    version = request.node.callspec.params["sglang_python"]
+    proc = run_entrypoint(
+        ["baseline", "--dry-run", "--", "--no-such-option", "1"], env, python=sglang_python, timeout=TIMEOUT_S
+    )
+    assert proc.returncode == 2 and len(stderr_lines(proc)) <= 3 and "Traceback" not in proc.stderr
+    assert f"SGLang {version} does not accept --no-such-option '1' (after --)" in proc.stderr
+    assert "unrecognized arguments" in proc.stderr
+
+
+@pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+def test_bad_choice_in_extra_args_is_caught(sglang_python, env, request):
+    version = request.node.callspec.params["sglang_python"]
+    proc = run_entrypoint(
+        ["baseline", "--dry-run"],
+        {**env, "EXTRA_ARGS": "--moe-runner-backend fastest"},
+        python=sglang_python,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert f"SGLang {version} does not accept --moe-runner-backend 'fastest' (in EXTRA_ARGS)" in proc.stderr
+
+
+@pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+def test_left_out_flags_are_real_options(sglang_python, env, request):
+    """What build.toml leaves out is an option SGLang knows: passed by the user, it parses (with a warning)."""
+    version = request.node.callspec.params["sglang_python"]
+    flags = [a for entry in CONFIG.tracks[version].left_out for a in entry.args]
+    proc = run_entrypoint(["baseline", "--dry-run", "--", *flags], env, python=sglang_python, timeout=TIMEOUT_S)
+    ok(proc, version)
+    assert all(f in sglang_args(proc.stdout) for f in flags)
+    assert "is passed as you asked, but:" in proc.stderr
