@@ -4,7 +4,7 @@
 # The defaults mirror build.toml's default track and profile (SGLang 0.5.9, release) for people who run
 # `docker buildx build .` by hand; tests/unit/test_dockerfile.py keeps them equal to the plan.
 #
-# Stage order: devel -> torch -> flash-attn, sgl-kernel (compiled kernels) -> sglang (dependencies)
+# Stage order: devel -> torch -> flash-attn, sgl-kernel (compiled kernels) -> sglang (dependencies) -> kernels
 # -> patched (our SGLang patches) -> runtime. Kernel stages copy only their own scripts and patches, and the
 # patch stage comes after them, so a patch or Python edit never recompiles a kernel.
 # No `# syntax=` line: BuildKit's built-in Dockerfile frontend is used (a syntax line pulls an image).
@@ -80,22 +80,26 @@ RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip 
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
     OUT_DIR=/wheels bash /opt/build/sgl-kernel.sh
 
-# ---- sglang: SGLang at the pinned version and every dependency, unpatched, with the two kernel wheels.
+# ---- sglang: SGLang at the pinned version and every dependency, unpatched, with the sgl-kernel wheel. It does
+# not wait for flash-attn: BuildKit runs this install while flash-attn compiles.
 FROM torch AS sglang
 ARG SGLANG_VERSION=0.5.9
 ARG FLASHINFER_VERSION=0.6.3
 RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=bind,from=flash-attn,source=/wheels,target=/kernels/flash-attn \
     --mount=type=bind,from=sgl-kernel,source=/wheels,target=/kernels/sgl-kernel \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
     . /opt/build/common.sh \
- && pip_install /kernels/flash-attn/*.whl /kernels/sgl-kernel/*.whl \
-        "sglang==${SGLANG_VERSION}" "flashinfer-python==${FLASHINFER_VERSION}" \
+ && pip_install /kernels/sgl-kernel/*.whl "sglang==${SGLANG_VERSION}" "flashinfer-python==${FLASHINFER_VERSION}"
+
+# ---- kernels: the flash-attn wheel added to that environment (its dependencies are already there).
+FROM sglang AS kernels
+RUN --mount=type=bind,from=flash-attn,source=/wheels,target=/kernels/flash-attn \
+    pip install --no-deps --no-index /kernels/flash-attn/*.whl \
  && python -m pip check
 
 # ---- patched: our patch series for this SGLang version, checked and applied by the same code as
 # `build.py patches apply` on the host; then the plan, baked in for the entrypoint.
-FROM sglang AS patched
+FROM kernels AS patched
 ARG SGLANG_VERSION=0.5.9
 ARG PROFILE=release
 ARG PYTHON_VERSION=3.12
@@ -140,7 +144,7 @@ RUN apt-get update \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; assert v == '${PYTHON_VERSION}', v"
 RUN --mount=type=bind,from=jit-toolchain,source=/opt/jit/cuda,target=/mnt/jit \
     cp -a /mnt/jit/. /usr/local/cuda/ && ldconfig
-COPY --from=sglang /opt/venv /opt/venv
+COPY --from=kernels /opt/venv /opt/venv
 COPY --from=patched /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/ \
      /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/
 COPY --from=patched /etc/sglang-sm120/plan.json /etc/sglang-sm120/plan.json

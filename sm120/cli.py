@@ -30,6 +30,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
 def add_config_args(parser: argparse.ArgumentParser, *, sglang: bool = True, profile: bool = True) -> None:
     """The options every plan-reading subcommand shares."""
     parser.add_argument("--config", metavar="FILE", help="build.toml to read (default: the checkout's)")

@@ -60,7 +60,7 @@ started=$(date +%s)
 # The full log goes to a file; BuildKit's output shows ninja's progress, one line per compiled file.
 set +e +o pipefail
 (cd "$src" && python3 -m pip wheel -v --no-deps --no-build-isolation -w "$OUT_DIR" .) 2>&1 | tee "$work/build.log" \
-    | grep --line-buffered -E '^\[[0-9]+/[0-9]+\] ' | sed -u -E 's#^(\[[0-9]+/[0-9]+\]) .* -c ([^ ]+) .*#\1 \2#'
+    | grep --line-buffered -E '^\s*\[[0-9]+/[0-9]+\] ' | sed -u -E 's#^\s*(\[[0-9]+/[0-9]+\]) .* -c ([^ ]+) .*#\1 \2#'
 rc=${PIPESTATUS[0]}
 set -e -o pipefail
 wheel=$(compgen -G "$OUT_DIR/flash_attn-$FLASH_ATTN_VERSION-*.whl" | head -n 1 || true)

@@ -36,24 +36,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _stage_wheelhouse(source: Path | None) -> None:
-    """The Dockerfile bind-mounts .wheelhouse/ from the context: fill it with the user's wheels (or empty it)."""
-    WHEELHOUSE.mkdir(exist_ok=True)
-    for old in WHEELHOUSE.glob("*.whl"):
-        old.unlink()
+def _wheels(source: Path | None) -> list[Path]:
     if source is None:
-        return
+        return []
     if not source.is_dir():
         raise UsageError(f"--wheelhouse {source}: not a directory")
     wheels = sorted(source.glob("*.whl"))
     if not wheels:
         raise UsageError(f"--wheelhouse {source}: holds no .whl files")
+    return wheels
+
+
+def _stage_wheelhouse(source: Path | None, wheels: list[Path]) -> None:
+    """The Dockerfile bind-mounts .wheelhouse/ from the context: fill it with the user's wheels (or empty it)."""
+    WHEELHOUSE.mkdir(exist_ok=True)
+    for old in WHEELHOUSE.glob("*.whl"):
+        old.unlink()
     for wheel in wheels:
         try:
             (WHEELHOUSE / wheel.name).hardlink_to(wheel)
         except OSError:
             shutil.copy2(wheel, WHEELHOUSE / wheel.name)
-    print(f"wheelhouse: {len(wheels)} wheels from {source}")
+    if wheels:
+        print(f"wheelhouse: {len(wheels)} wheels from {source}")
 
 
 def tags_for(plan: planmod.Plan, registry: str | None, extra: list[str]) -> list[str]:
@@ -82,9 +87,10 @@ def run(args: argparse.Namespace) -> int:
     if args.print_only:
         print(shlex.join(buildx.command(request)))
         return 0
+    wheels = _wheels(args.wheelhouse)
     if plan.bases == "local":
         bases.make(config, config.profile(plan.profile))
-    _stage_wheelhouse(args.wheelhouse)
+    _stage_wheelhouse(args.wheelhouse, wheels)
     for warning in plan.warnings:
         print(f"warning: {warning}")
     print(

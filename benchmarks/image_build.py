@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Figures of the offline image build (issue 5): cold build, no-op rebuild, patch-only rebuild (which stages
+re-ran), and the sizes of the devel base, the runtime image, and the runtime image built on the devel base.
+
+    .venv/bin/python benchmarks/image_build.py [--cold] [--sglang V] [--out FILE]
+
+--cold removes this project's images and BuildKit's whole build cache first (it rebuilds everything, the
+bases too): the figure a fresh machine sees. Without it the first build uses whatever cache is there.
+Writes a JSON report (default .cache/bench/image-build.json) and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_PY = [sys.executable, str(ROOT / "build.py")]
+STEP = re.compile(r"^#\d+ \[(?P<stage>[\w.-]+) (?P<n>\d+)/(?P<m>\d+)\] (?P<what>.*)$")
+
+
+def plan(sglang: str | None, profile: str = "offline") -> dict:
+    args = [*BUILD_PY, "plan", "--json", "--profile", profile] + (["--sglang", sglang] if sglang else [])
+    return json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
+
+
+def build(extra: list[str], log: Path) -> tuple[float, list[str]]:
+    """Run build.py build; return the wall time and the stage steps that ran (not CACHED)."""
+    started = time.monotonic()
+    proc = subprocess.run([*BUILD_PY, "build", "--profile", "offline", *extra], capture_output=True, text=True)
+    wall = time.monotonic() - started
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise SystemExit(f"build failed (log: {log}): {proc.stderr.strip().splitlines()[-1:]}")
+    steps: dict[str, str] = {}
+    cached: set[str] = set()
+    for line in proc.stdout.splitlines():
+        m = STEP.match(line)
+        if m:
+            key = line.split(" ", 1)[0]
+            steps[key] = f"{m['stage']} {m['n']}/{m['m']} {m['what'][:60]}"
+        elif line.endswith(" CACHED"):
+            cached.add(line.split(" ", 1)[0])
+    ran = sorted({v for k, v in steps.items() if k not in cached and not v.split(" ")[2].startswith("FROM")})
+    return wall, ran
+
+
+def size(client: docker.DockerClient, tag: str) -> int:
+    return client.images.get(tag).attrs["Size"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cold", action="store_true", help="remove this project's images and the build cache first")
+    ap.add_argument("--sglang", help="SGLang track (default: build.toml's)")
+    ap.add_argument("--out", type=Path, default=ROOT / ".cache/bench/image-build.json")
+    args = ap.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    p = plan(args.sglang)
+    tag = p["tags"][0]
+    track = ["--sglang", p["sglang_version"]]
+    client = docker.from_env()
+    report: dict[str, object] = {"tag": tag, "date": time.strftime("%Y-%m-%d"), "cold": args.cold}
+
+    if args.cold:
+        for image in client.images.list():
+            if any(t.startswith(("sglang-sm120", p["base_image"].split(":")[0])) for t in image.tags):
+                client.images.remove(image.id, force=True)
+        subprocess.run(["docker", "builder", "prune", "--all", "--force"], check=True, capture_output=True)
+
+    log = args.out.with_suffix("")
+    report["first_build_s"], _ = build(track, log.with_name(log.name + "-first.log"))
+    report["noop_rebuild_s"], report["noop_reran"] = build(track, log.with_name(log.name + "-noop.log"))
+
+    # Patch-only rebuild: a new line in an SGLang patch's header changes its bytes (so its layer and the patch
+    # stage), not its diff. The patch is restored afterwards.
+    victim = ROOT / next(x["path"] for x in p["patches"] if x["component"] == "sglang")
+    original = victim.read_bytes()
+    try:
+        victim.write_bytes(original.replace(b"\n", b"\n(benchmark: a patch-only edit)\n", 1))
+        report["patch_rebuild_s"], report["patch_reran"] = build(track, log.with_name(log.name + "-patch.log"))
+    finally:
+        victim.write_bytes(original)
+    build(track, log.with_name(log.name + "-restore.log"))
+
+    # The runtime stage on the devel base instead of the runtime base: what the runtime base saves. The same
+    # buildx command build.py runs (`--print`), with that one build argument and the tag changed.
+    on_devel = f"{tag}-on-devel"
+    cmd = shlex.split(
+        subprocess.run(
+            [*BUILD_PY, "build", "--profile", "offline", *track, "--print"], check=True, capture_output=True, text=True
+        ).stdout
+    )
+    cmd = [f"RUNTIME_BASE_IMAGE={p['base_image']}" if a.startswith("RUNTIME_BASE_IMAGE=") else a for a in cmd]
+    cmd = [on_devel if a == tag else a for a in cmd]
+    started = time.monotonic()
+    subprocess.run(cmd, check=True, capture_output=True)
+    report["on_devel_build_s"] = time.monotonic() - started
+    report["sizes"] = {
+        "devel_base": size(client, p["base_image"]),
+        "runtime_base": size(client, p["runtime_base_image"]),
+        "runtime_image": size(client, tag),
+        "runtime_image_on_devel_base": size(client, on_devel),
+    }
+    report["runtime_over_on_devel"] = report["sizes"]["runtime_image"] / report["sizes"]["runtime_image_on_devel_base"]
+    (args.out).write_text(json.dumps(report, indent=2))
+    gb = 1e9
+    s = report["sizes"]
+    print(f"| figure | {tag} |\n|---|---|")
+    print(f"| {'cold' if args.cold else 'first'} build | {report['first_build_s'] / 60:.1f} min |")
+    print(f"| no-op rebuild | {report['noop_rebuild_s']:.0f} s, steps re-run: {len(report['noop_reran'])} |")
+    print(f"| patch-only rebuild | {report['patch_rebuild_s']:.0f} s; re-ran: {'; '.join(report['patch_reran'])} |")
+    print(f"| devel base | {s['devel_base'] / gb:.2f} GB |")
+    print(f"| runtime base | {s['runtime_base'] / gb:.2f} GB |")
+    print(f"| runtime image | {s['runtime_image'] / gb:.2f} GB |")
+    print(f"| runtime image built on the devel base | {s['runtime_image_on_devel_base'] / gb:.2f} GB |")
+    print(f"| runtime / on-devel | {report['runtime_over_on_devel']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

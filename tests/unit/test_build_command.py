@@ -1,0 +1,42 @@
+"""`build.py build` and `build.py base` without an engine: what they would run, and their bad inputs."""
+
+from __future__ import annotations
+
+import shlex
+
+from sm120 import bases
+from sm120 import config as cfg
+from tests.helpers import ROOT, run_build_py
+
+
+def test_print_shows_the_plans_args_labels_and_registry_tags():
+    out = run_build_py("build", "--profile", "offline", "--registry", "ghcr.io/example/", "--tag", "x:y", "--print")
+    assert out.returncode == 0, out.stderr
+    cmd = shlex.split(out.stdout)
+    assert cmd[1:3] == ["buildx", "build"]
+    assert "ghcr.io/example/sglang-sm120:0.5.9-cu13.0.1-offline" in cmd and "x:y" in cmd
+    assert "BASE_IMAGE=sglang-sm120-base:13.0.1-devel" in cmd
+    assert "sglang-sm120.profile=offline" in cmd
+
+
+def test_bad_wheelhouse_is_a_usage_error(tmp_path, monkeypatch):
+    # The wheelhouse is checked before anything is built; point the bases at a profile that needs none.
+    out = run_build_py("build", "--profile", "release", "--wheelhouse", str(tmp_path / "missing"))
+    assert out.returncode == 2
+    assert "--wheelhouse" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_base_refuses_a_registry_profile():
+    out = run_build_py("base", "--profile", "release")
+    assert out.returncode == 2 and "only a profile with bases" in out.stderr
+
+
+def test_base_inputs_digest_follows_the_inputs():
+    config = cfg.load(ROOT / "build.toml")
+    one = bases.spec(config, config.profile("offline"))
+    changed = config.model_copy(
+        update={"local_bases": config.local_bases.model_copy(update={"runtime_components": ["cudart", "nvrtc"]})}
+    )
+    two = bases.spec(changed, changed.profile("offline"))
+    assert one.digest != two.digest
+    assert bases.spec(config, config.profile("offline")).digest == one.digest
