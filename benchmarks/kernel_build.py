@@ -190,6 +190,7 @@ def main() -> int:
         OUT_DIR=str(wheels),
         PATCH_ROOT=str(ROOT),
         WHEELHOUSE="/nonexistent",
+        FLASH_ATTN_WORK_DIR=tempfile.mkdtemp(prefix=f"fa-{args.label}-"),  # builds may run side by side
     )
     log = args.out / f"{args.label}.log"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

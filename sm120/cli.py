@@ -49,6 +49,16 @@ def add_config_args(parser: argparse.ArgumentParser, *, sglang: bool = True, pro
         parser.add_argument("--sglang", metavar="VERSION", help="SGLang track (default: defaults.sglang)")
 
 
+def _needs(command: str, package: str):
+    def fail(args: argparse.Namespace) -> int:
+        raise UsageError(
+            f"needs the Python package {package!r}, which this interpreter lacks: "
+            "run ./dev setup (or pip install -r requirements.txt)"
+        )
+
+    return fail
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="build.py", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
@@ -57,9 +67,12 @@ def build_parser() -> Parser:
         try:
             module = importlib.import_module(f"sm120.commands.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"sm120.commands.{name}":
-                continue  # not written yet
-            raise
+            # A third-party package this command needs is missing (e.g. the docker SDK inside the image,
+            # where only `plan` and `patches` run): the other commands still work; this one says what to do.
+            unavailable = sub.add_parser(name, help="(unavailable here: a Python package it needs is missing)")
+            unavailable.add_argument("rest", nargs=argparse.REMAINDER)
+            unavailable.set_defaults(func=_needs(name, str(exc.name).split(".")[0]))
+            continue
         module.register(sub)
     return parser
 

@@ -27,7 +27,9 @@ if [ -n "$prebuilt" ]; then
     exit 0
 fi
 
-work=$(mktemp -d)
+# A fixed work path: ccache's keys include the source paths, so a random directory would never hit.
+work=${FLASH_ATTN_WORK_DIR:-/tmp/flash-attn-build}
+rm -rf "$work" && mkdir -p "$work"
 if [ -z "${FLASH_ATTN_SDIST:-}" ]; then
     log "downloading the flash-attn $FLASH_ATTN_VERSION sdist"
     # Preparing the sdist's metadata runs its setup.py, which imports torch: no build isolation.

@@ -40,3 +40,16 @@ def test_base_inputs_digest_follows_the_inputs():
     two = bases.spec(changed, changed.profile("offline"))
     assert one.digest != two.digest
     assert bases.spec(config, config.profile("offline")).digest == one.digest
+
+
+def test_a_missing_package_disables_only_the_commands_that_need_it():
+    """Inside the image only plan and patches run, without the docker SDK: the rest say what is missing."""
+    import subprocess
+    import sys
+
+    blocker = "import sys; sys.modules['docker'] = None; from sm120.cli import main; sys.exit(main(sys.argv[1:]))"
+    base = subprocess.run([sys.executable, "-c", blocker, "base"], capture_output=True, text=True, cwd=ROOT)
+    assert base.returncode == 2
+    assert "needs the Python package 'docker'" in base.stderr and len(base.stderr.strip().splitlines()) == 1
+    plan = subprocess.run([sys.executable, "-c", blocker, "plan", "--json"], capture_output=True, text=True, cwd=ROOT)
+    assert plan.returncode == 0, plan.stderr

@@ -1,0 +1,31 @@
+"""`build.py verify --image TAG`: check an image against its own labels, without a GPU (tests/image/, testinfra).
+
+Exit 0 when every check passes (a check that needs a GPU is skipped with its reason), 1 when one fails (named on
+the last line), 2 for bad input (no such image, no Docker Engine, an image without this project's labels).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..verify import runner
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify", help="check an image with the testinfra suite (tests/image/)", description=__doc__)
+    p.add_argument("--image", required=True, metavar="TAG", help="the image to check (a tag or an id)")
+    p.add_argument("--junit", metavar="FILE", type=Path, help="also write pytest's JUnit XML report to FILE")
+    p.add_argument("-k", dest="select", metavar="EXPR", help="run only the checks matching EXPR (pytest -k)")
+    p.add_argument("-v", "--verbose", action="store_true", help="one line per check")
+    p.add_argument(
+        "--gpus",
+        metavar="all|IDS",
+        help="also run the GPU checks in a container with these GPUs (needs the NVIDIA container runtime)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    extra_env = {"SM120_VERIFY_GPUS": args.gpus} if args.gpus else {}
+    return runner.run(args.image, junit=args.junit, select=args.select, verbose=args.verbose, extra_env=extra_env)

@@ -1,0 +1,234 @@
+"""The ELF side of `verify`: which GPU architectures a library carries SASS for, and which libraries ldd misses.
+
+SASS archs come from `cuobjdump --list-elf` (NVIDIA's `nvidia-cuda-cuobjdump` wheel, pinned in requirements.txt,
+or CUOBJDUMP / a CUDA toolkit's cuobjdump on PATH), run on the host on files copied out of the container.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# `ELF file    1: common_ops.abi3.3.sm_120a.cubin` (one line per embedded cubin), `PTX file    1: x.1.sm_90.ptx`.
+_CUBIN = re.compile(r"\.(sm_\d+[a-z]?)\.cubin\s*$")
+_PTX = re.compile(r"\.(sm_\d+[a-z]?)\.ptx\s*$")
+_ARCH = re.compile(r"^sm_(\d+)([a-z]?)$")
+
+# Libraries the NVIDIA container runtime mounts into the container from the host's driver when it runs with
+# GPUs (`--gpus`, libnvidia-container's list: libcuda, libnvidia-ml, libnvidia-ptxjitcompiler, libnvidia-nvvm,
+# libcudadebugger, libnvcuvid, libnvidia-encode, ...). An image must NOT carry them (they must match the host's
+# kernel driver), so ldd cannot find them in an image run without GPUs: they are allowed to be missing.
+DRIVER_LIBRARY = re.compile(r"^lib(cuda|cudadebugger|nvcuvid|nvidia-[a-z0-9-]+|nvoptix)\.so(\.\d+)*$")
+
+
+class CuobjdumpMissing(RuntimeError):
+    pass
+
+
+def cuobjdump() -> str:
+    """The cuobjdump to use: $CUOBJDUMP, the pinned wheel's, or one on PATH."""
+    explicit = os.environ.get("CUOBJDUMP")
+    if explicit:
+        return explicit
+    try:
+        dist = importlib.metadata.distribution("nvidia-cuda-cuobjdump")
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    if dist is not None:
+        for f in dist.files or []:
+            if f.name == "cuobjdump":
+                path = Path(str(dist.locate_file(f)))
+                if path.is_file():
+                    if not os.access(path, os.X_OK):
+                        path.chmod(path.stat().st_mode | 0o111)
+                    return str(path)
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    raise CuobjdumpMissing(
+        "no cuobjdump: install requirements.txt (nvidia-cuda-cuobjdump), set CUOBJDUMP, or put a CUDA toolkit on PATH"
+    )
+
+
+def parse_list_elf(text: str, pattern: re.Pattern[str] = _CUBIN) -> list[str]:
+    """The SASS archs in `cuobjdump --list-elf` output, sorted by number (sm_80 < sm_90 < sm_90a < sm_120a)."""
+    archs = {m.group(1) for line in text.splitlines() if (m := pattern.search(line.strip()))}
+    return sorted(archs, key=arch_key)
+
+
+def parse_list_ptx(text: str) -> list[str]:
+    """The virtual archs of the PTX in `cuobjdump --list-ptx` output (the driver can JIT these for newer GPUs)."""
+    return parse_list_elf(text, _PTX)
+
+
+def arch_key(arch: str) -> tuple[int, str]:
+    m = _ARCH.match(arch)
+    return (int(m.group(1)), m.group(2)) if m else (10**6, arch)
+
+
+@dataclass(frozen=True)
+class Sass:
+    archs: list[str]  # SASS (cubins)
+    device_code: bool  # False: cuobjdump says the file has no device code at all
+    ptx: list[str] = field(default_factory=list)  # PTX, by the arch it was generated for
+
+
+def sass_archs(path: Path, tool: str | None = None) -> Sass:
+    proc = subprocess.run(
+        [tool or cuobjdump(), "--list-elf", "--list-ptx", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    text = proc.stdout + proc.stderr
+    if "does not contain device code" in text:
+        return Sass([], False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cuobjdump --list-elf {path.name} exited {proc.returncode}: {text.strip()[-300:]}")
+    return Sass(parse_list_elf(proc.stdout), True, parse_list_ptx(proc.stdout))
+
+
+def kernel_functions(path: Path, tool: str | None = None) -> list[str]:
+    """The (mangled) names of the GPU functions in a library (`cuobjdump --dump-resource-usage`)."""
+    proc = subprocess.run(
+        [tool or cuobjdump(), "--dump-resource-usage", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    if proc.returncode != 0 and "does not contain device code" not in proc.stdout + proc.stderr:
+        raise RuntimeError(f"cuobjdump --dump-resource-usage {path.name} exited {proc.returncode}")
+    return sorted({m.group(1) for m in re.finditer(r"^\s*Function (\S+?):", proc.stdout, re.MULTILINE)})
+
+
+# flash-attn's kernels by their template arguments: Flash_fwd_kernel_traits<HEADDIM, ..., cutlass::bfloat16_t>.
+_FLASH_HEADDIM = re.compile(r"Flash_(?:fwd|bwd)_kernel_traitsILi(\d+)E")
+_FLASH_DTYPE = {"cutlass10bfloat16_t": "bf16", "cutlass6half_t": "fp16"}
+
+
+def flash_attn_subset(functions: Iterable[str]) -> tuple[list[int], list[str], bool]:
+    """(head dims, dtypes, has backward kernels) of flash-attn's compiled kernels, read from their names."""
+    head_dims: set[int] = set()
+    dtypes: set[str] = set()
+    backward = False
+    for name in functions:
+        head_dims.update(int(d) for d in _FLASH_HEADDIM.findall(name))
+        dtypes.update(dt for token, dt in _FLASH_DTYPE.items() if token in name)
+        backward = backward or "flash_bwd" in name or "Flash_bwd_kernel_traits" in name
+    return sorted(head_dims), sorted(dtypes), backward
+
+
+def covers(archs: list[str], arch: str) -> bool:
+    """SASS for `arch` (sm_120) is there, as is or arch-specific (sm_120a) or family-specific (sm_120f)."""
+    return any(a == arch or a.rstrip("af") == arch.rstrip("af") for a in archs)
+
+
+def library_name(site_relative: str) -> str:
+    """`sgl_kernel/sm100/common_ops.abi3.so` -> `sgl_kernel/sm100/common_ops`; `flash_attn_2_cuda.cpython-...so`
+    -> `flash_attn_2_cuda`; a plain shared library keeps its name (`lib/mscclpp.so.0`)."""
+    p = Path(site_relative)
+    m = re.match(r"^(?P<stem>[^.]+)\.(cpython-[^.]+|abi3)\.so$", p.name)
+    return str(p.with_name(m.group("stem"))) if m else str(p)
+
+
+def unresolved(ldd_output: str) -> dict[str, list[str]]:
+    """`ldd A B ...` output -> {file: [sonames ldd did not find]} (files with none are left out)."""
+    result: dict[str, list[str]] = {}
+    current = None
+    for line in ldd_output.splitlines():
+        if not line.startswith(("\t", " ")) and line.rstrip().endswith(":"):
+            current = line.rstrip()[:-1]
+            continue
+        if "=> not found" in line and current is not None:
+            result.setdefault(current, []).append(line.split("=>", 1)[0].strip())
+    return result
+
+
+# Libraries that may miss a dependency by design: (library path, missing soname, reason). The image has no
+# system library for these optional paths; the library is loaded only when that path is used.
+OPTIONAL_DEPENDENCIES = [
+    (
+        r".*/nvidia/nvshmem/lib/nvshmem_(bootstrap|transport)_\w+\.so[.\d]*",
+        r"lib(mpi|pmix|oshmem|mlx5|fabric|ucp|ucs|ibverbs|rdmacm)\.so[.\d]*",
+        "NVSHMEM's bootstrap and transport plugins (MPI, PMIx, OpenSHMEM, InfiniBand, libfabric, UCX) are loaded "
+        "only when NVSHMEM is set up for them, across nodes; the host's network stack provides them there",
+    ),
+    (
+        r".*/nvidia/cufile/lib/libcufile_rdma\.so[.\d]*",
+        r"lib(mlx5|rdmacm|ibverbs)\.so[.\d]*",
+        "cuFile's RDMA path (GPUDirect Storage over InfiniBand) is loaded only when configured; serving does not",
+    ),
+    (
+        r".*/torchcodec/libtorchcodec_\w+?\d\.so",
+        r"lib(avutil|avcodec|avformat|avdevice|avfilter|swscale|swresample|torchcodec_core\d)\.so[.\d]*",
+        "torchcodec ships one variant per FFmpeg major version and loads the one that matches the system's FFmpeg; "
+        "the image has no FFmpeg, so torchcodec cannot decode media here (SGLang 0.5.9 reads video with decord)",
+    ),
+]
+
+
+@dataclass
+class Resolution:
+    """ldd's unresolved dependencies, sorted into what is allowed (with the reason) and what is broken."""
+
+    broken: dict[str, list[str]] = field(default_factory=dict)  # file -> sonames
+    driver: set[str] = field(default_factory=set)
+    in_package: dict[str, list[str]] = field(default_factory=dict)  # file -> sonames its own package provides
+    optional: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # reason -> file -> sonames
+
+
+def _package_root(path: str, site: str) -> str | None:
+    """The top-level directory under site-packages a file belongs to (`scipy.libs`, `torchaudio`), else None."""
+    prefix = site.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        return None
+    return path[len(prefix) :].split("/", 1)[0]
+
+
+def classify(unresolved_by_file: dict[str, list[str]], elf_files: Iterable[str], site: str) -> Resolution:
+    """Sort unresolved sonames: the driver's (the container runtime mounts them); provided by a file of the same
+    top-level package (loaded by that package before, as torchaudio and auditwheel's `.libs` do); optional by
+    design (OPTIONAL_DEPENDENCIES); anything else is broken."""
+    by_package: dict[str, set[str]] = {}
+    for path in elf_files:
+        root = _package_root(path, site)
+        if root is not None:
+            by_package.setdefault(root, set()).add(Path(path).name)
+    result = Resolution()
+    for path, names in unresolved_by_file.items():
+        root = _package_root(path, site)
+        for name in names:
+            if DRIVER_LIBRARY.match(name):
+                result.driver.add(name)
+            elif root is not None and name in by_package.get(root, set()):
+                result.in_package.setdefault(path, []).append(name)
+            else:
+                reason = next(
+                    (
+                        why
+                        for file_re, so_re, why in OPTIONAL_DEPENDENCIES
+                        if re.fullmatch(file_re, path) and re.fullmatch(so_re, name)
+                    ),
+                    None,
+                )
+                if reason is not None:
+                    result.optional.setdefault(reason, {}).setdefault(path, []).append(name)
+                else:
+                    result.broken.setdefault(path, []).append(name)
+    return result
+
+
+def split_driver(missing: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(driver libraries, anything else) among unresolved sonames."""
+    driver, other = [], []
+    for name in missing:
+        (driver if DRIVER_LIBRARY.match(name) else other).append(name)
+    return driver, other

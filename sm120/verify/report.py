@@ -1,0 +1,118 @@
+"""What a `verify` run found: the report the suite writes (JSON), the table the command prints, the failed checks.
+
+The suite (tests/image/conftest.py) records facts as its checks measure them (versions imported in the image's
+Python, SASS archs per kernel library, warnings) and writes them to $SM120_VERIFY_REPORT at the end; facts a
+failed check never reached are absent and print as `?`.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("torch", "sglang", "sgl_kernel", "flashinfer", "flash_attn")
+
+
+@dataclass
+class Report:
+    image: str = ""
+    image_id: str = ""
+    size: int = 0
+    profile: str = ""
+    python: str = ""
+    expected: dict[str, str] = field(default_factory=dict)  # import name -> label version
+    found: dict[str, str] = field(default_factory=dict)  # import name -> version in the image
+    kernels: list[dict[str, Any]] = field(default_factory=list)  # {library, archs, required, extra, ...}
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, indent=1, sort_keys=True)
+
+    @classmethod
+    def load(cls, path: Path) -> Report | None:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def kernel(self, library: str) -> dict[str, Any] | None:
+        return next((k for k in self.kernels if k["library"] == library), None)
+
+
+def human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
+        size /= 1024
+    return f"{n} B"
+
+
+def arch_line(kernel: dict[str, Any]) -> str:
+    """`flash_attn_2_cuda: sm_120` (the line the issue asks for, one per kernel library)."""
+    archs = ", ".join(kernel.get("archs") or []) or "no device code"
+    ptx = kernel.get("ptx") or []
+    return f"{kernel['library']}: {archs}" + (f" (PTX {', '.join(ptx)})" if ptx else "")
+
+
+def report_archs(kernel: dict[str, Any]) -> str:
+    return arch_line(kernel).split(": ", 1)[1]
+
+
+def table(report: Report) -> str:
+    short_id = report.image_id.split(":", 1)[-1][:12] if report.image_id else "?"
+    rows = [
+        f"image      {report.image} ({short_id}, {human_size(report.size) if report.size else '?'})",
+        f"profile    {report.profile or '?'}",
+        f"python     {report.python or '?'}",
+        "",
+    ]
+    width = max(len(p) for p in PACKAGES) + 2
+    rows.append(f"{'package':<{width}}{'label':<12}found in the image")
+    for name in PACKAGES:
+        rows.append(f"{name:<{width}}{report.expected.get(name, '?'):<12}{report.found.get(name, '?')}")
+    if report.kernels:
+        rows.append("")
+        lw = max(len(k["library"]) for k in report.kernels) + 2
+        rows.append(f"{'kernel library':<{lw}}SASS archs")
+        for k in report.kernels:
+            rows.append(f"{k['library']:<{lw}}{report_archs(k)}")
+    else:
+        rows += ["", "kernel library SASS archs: ? (the kernel checks did not run)"]
+    return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    tests: int
+    failed: list[str]  # short names of failed or errored checks
+    skipped: int
+
+
+def _short(classname: str, name: str) -> str:
+    module = classname.rsplit(".", 1)[-1] if classname else "?"
+    return f"{module}::{name}"
+
+
+def junit_outcome(path: Path) -> Outcome | None:
+    """Failed checks from pytest's JUnit XML (a failure or an error in setup/teardown both count)."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    tests, skipped, failed = 0, 0, []
+    for case in root.iter("testcase"):
+        tests += 1
+        tags = {child.tag for child in case}
+        if tags & {"failure", "error"}:
+            name = _short(case.get("classname", ""), case.get("name", "?"))
+            if name not in failed:
+                failed.append(name)
+        elif "skipped" in tags:
+            skipped += 1
+    return Outcome(tests, failed, skipped)

@@ -1,0 +1,159 @@
+"""T2 image suite: pytest + testinfra against containers of one image, expectations read from its labels.
+
+    python3 build.py verify --image TAG           # the way to run it (prints a table, cleans up after itself)
+    SM120_IMAGE=TAG pytest tests/image            # the same checks, plain pytest
+
+Without SM120_IMAGE every check is skipped. Containers run without network and carry the label
+`sglang-sm120.verify=<run id>`; each fixture removes its own, and `build.py verify` removes any left over.
+
+Fixtures:
+- `image`: the image's configuration (sm120.verify.docker_env.ImageInfo); `expect`: its labels, parsed.
+- `box`: one long-running container of the image (`sleep infinity`, the image's user); `host` is testinfra's
+  view of it as that user, `root_host` as root. Checks that need a fresh container start their own.
+- `py(code, env={...}, root=False)`: run Python in the image's interpreter in `box` (as the image's user, or
+  root); the code calls `report(obj)`, and `py` returns obj (sent back as JSON on an `SM120-JSON ` line).
+- `REPORT`: facts the checks measured (versions, SASS archs, warnings); written to $SM120_VERIFY_REPORT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra
+
+from sm120.verify import docker_env, labels, report
+
+IMAGE = os.environ.get("SM120_IMAGE", "").strip()
+RUN_ID = os.environ.get("SM120_VERIFY_RUN") or docker_env.new_run_id()
+MARK = "SM120-JSON "
+REPORT = report.Report(image=IMAGE)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.image)
+            item.add_marker(pytest.mark.docker)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not IMAGE or not (REPORT.kernels or REPORT.warnings):
+        return
+    terminalreporter.section("kernel libraries: SASS archs (cuobjdump)")
+    for kernel in REPORT.kernels:
+        terminalreporter.line(report.arch_line(kernel))
+    for warning in REPORT.warnings:
+        terminalreporter.line(f"warning: {warning}")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = os.environ.get("SM120_VERIFY_REPORT")
+    if path and IMAGE:
+        Path(path).write_text(REPORT.to_json())
+
+
+@pytest.fixture(scope="session")
+def dc():
+    if not IMAGE:
+        pytest.skip("no image to check: run `build.py verify --image TAG` or set SM120_IMAGE=TAG")
+    try:
+        return docker_env.client()
+    except docker_env.DockerUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def image(dc) -> docker_env.ImageInfo:
+    try:
+        info = docker_env.inspect(dc, IMAGE)
+    except docker_env.NoSuchImage as exc:
+        pytest.fail(str(exc), pytrace=False)
+    REPORT.image_id, REPORT.size = info.id, info.size
+    REPORT.profile = info.labels.get(f"{labels.NS}.profile", "")
+    return info
+
+
+@pytest.fixture(scope="session")
+def expect(image) -> labels.Expect:
+    try:
+        parsed = labels.parse(image.labels)
+    except labels.LabelError as exc:
+        pytest.fail(f"{IMAGE}: {exc}", pytrace=False)
+    REPORT.expected = dict(parsed.versions)
+    return parsed
+
+
+@pytest.fixture(scope="session")
+def start(dc, image) -> Iterator[Callable[..., Any]]:
+    """start(name_hint, **docker_env.start kwargs): a container of the image, removed at the end of the session."""
+    started = []
+
+    def _start(name_hint: str, **kwargs: Any):
+        container = docker_env.start(dc, image.id, RUN_ID, name_hint=name_hint, **kwargs)
+        started.append(container)
+        return container
+
+    yield _start
+    for container in started:
+        docker_env.remove(container)
+
+
+@pytest.fixture(scope="session")
+def box(start):
+    """The image with `sleep infinity` as its program (not through the entrypoint: checks of that start their own)."""
+    container = start("box", entrypoint=["sleep", "infinity"])
+    container.reload()
+    if container.status != "running":
+        logs = container.logs().decode(errors="replace").strip()[-300:]
+        pytest.fail(f"a container of {IMAGE} with `sleep infinity` is {container.status}: {logs}", pytrace=False)
+    return container
+
+
+@pytest.fixture(scope="session")
+def host(box):
+    return testinfra.get_host(f"docker://{box.id}")
+
+
+@pytest.fixture(scope="session")
+def root_host(box):
+    return testinfra.get_host(f"docker://root@{box.id}")
+
+
+def last_json(stdout: str) -> Any:
+    lines = [line for line in stdout.splitlines() if line.startswith(MARK)]
+    return json.loads(lines[-1][len(MARK) :]) if lines else None
+
+
+@pytest.fixture(scope="session")
+def py(image, host, root_host) -> Callable[..., Any]:
+    """py(code, env={}, user='root'|None): run code in the image's Python in `box`; it reports by calling
+    `report(obj)` (defined for it), whose JSON is returned. A non-zero exit fails the calling check."""
+
+    prelude = f"def report(obj):\n    import json\n    print({MARK!r} + json.dumps(obj), flush=True)\n"
+
+    def _py(code: str, *, env: dict[str, str] | None = None, root: bool = False, check: bool = True) -> Any:
+        target = root_host if root else host
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+        cmd = f"{'env ' + prefix + ' ' if prefix else ''}{shlex.quote(image.python)} -c {shlex.quote(prelude + code)}"
+        result = target.run(cmd)
+        if check and result.rc != 0:
+            tail = " | ".join([ln for ln in result.stderr.strip().splitlines() if ln.strip()][-4:])
+            pytest.fail(f"{image.python} exited {result.rc}: {tail}", pytrace=False)
+        found = last_json(result.stdout)
+        if check and found is None:
+            pytest.fail(f"{image.python} reported nothing; stderr: {result.stderr.strip()[-300:]}", pytrace=False)
+        return found
+
+    return _py
+
+
+@pytest.fixture(scope="session")
+def image_uid(host) -> int:
+    return int(host.check_output("id -u"))

@@ -1,0 +1,98 @@
+"""The entrypoint in the image: both modes' `--dry-run` print the SGLang command, checked by the image's own
+SGLang parser; bad input exits 2 with a message, no traceback. Runs the image's ENTRYPOINT as configured
+(tini, the venv's Python, entrypoint.py) with stand-in model directories (config.json only)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from sm120.verify import docker_env
+from tests import entrypoint_helpers as eh
+
+MODELS = "/tmp/sm120-verify/models"
+TARGET, DRAFT = f"{MODELS}/target", f"{MODELS}/draft"
+
+
+@pytest.fixture(scope="module")
+def models(box, image_uid, tmp_path_factory) -> dict[str, str]:
+    """A Kimi-K2.5-like target and an EAGLE-3 drafter (the unit tests' stand-ins), copied into the container."""
+    local = tmp_path_factory.mktemp("models")
+    eh.kimi_target(local / "target")
+    eh.eagle3_draft(local / "draft")
+    files = {
+        f"sm120-verify/models/{d}/config.json": (local / d / "config.json").read_text() for d in ("target", "draft")
+    }
+    docker_env.copy_in(box, files, "/tmp", uid=image_uid)
+    return {"MODEL_PATH": TARGET, "DRAFT_MODEL_PATH": DRAFT}
+
+
+@pytest.fixture(scope="module")
+def baked_plan(root_host) -> dict:
+    return json.loads(root_host.file("/etc/sglang-sm120/plan.json").content_string)
+
+
+def entrypoint(box, image, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """The image's ENTRYPOINT + args, as the image's user (tini not as PID 1 here: TINI_SUBREAPER keeps it quiet)."""
+    assert image.entrypoint, "the image has no ENTRYPOINT"
+    result = box.exec_run([*image.entrypoint, *args], environment={"TINI_SUBREAPER": "1", **env}, demux=True)
+    stdout, stderr = (part.decode(errors="replace") if part else "" for part in result.output)
+    return result.exit_code, stdout, stderr
+
+
+def _command(stdout: str) -> list[str]:
+    lines = [line for line in stdout.strip().splitlines() if line.strip()]
+    assert lines, "--dry-run printed nothing"
+    argv = shlex.split(lines[-1])
+    while argv and "=" in argv[0] and not argv[0].startswith("-"):  # VAR=value prefixes (the runtime rules' env)
+        argv.pop(0)
+    return argv
+
+
+def _value(argv: list[str], option: str) -> str | None:
+    return argv[argv.index(option) + 1] if option in argv else None
+
+
+@pytest.mark.parametrize("mode", ["baseline", "eagle3"])
+def test_dry_run_prints_the_sglang_command(mode: str, box, image, expect, models, baked_plan):
+    env = dict(models) if mode == "eagle3" else {"MODEL_PATH": models["MODEL_PATH"]}
+    rc, stdout, stderr = entrypoint(box, image, [mode, "--dry-run"], env)
+    assert rc == 0, f"{mode} --dry-run exited {rc}: {stderr.strip()[-500:]}"
+    assert f"accepted by SGLang {expect.sglang}'s own parser" in stdout, (
+        f"the command was not checked by the image's SGLang {expect.sglang} parser: {stdout.strip()[:400]}"
+    )
+    argv = _command(stdout)
+    assert argv[1:3] == ["-m", "sglang.launch_server"], argv
+    assert Path(argv[0]).name.startswith("python"), argv
+    assert _value(argv, "--model-path") == TARGET
+    assert _value(argv, "--port") in (None, str(expect.port))
+    preset = baked_plan["entrypoint"]["modes"][mode]
+    if mode == "eagle3":
+        assert _value(argv, "--speculative-algorithm") == "EAGLE3"
+        assert _value(argv, "--speculative-draft-model-path") == DRAFT
+        for key, option in [
+            ("spec_num_steps", "--speculative-num-steps"),
+            ("spec_eagle_topk", "--speculative-eagle-topk"),
+            ("spec_num_draft_tokens", "--speculative-num-draft-tokens"),
+        ]:
+            assert _value(argv, option) == str(preset[key]), f"{option}: {_value(argv, option)} vs preset {preset}"
+    else:
+        assert "--speculative-algorithm" not in argv
+
+
+@pytest.mark.parametrize(
+    "args, env, says",
+    [
+        (["no-such-mode"], {}, "unknown mode"),
+        (["eagle3", "--dry-run"], {"MODEL_PATH": TARGET}, "DRAFT_MODEL_PATH"),
+    ],
+    ids=["unknown-mode", "eagle3-without-draft"],
+)
+def test_bad_input_exits_2_with_one_message(args, env, says, box, image, models):
+    rc, _stdout, stderr = entrypoint(box, image, args, env)
+    assert rc == 2, f"{args} exited {rc}: {stderr.strip()[-300:]}"
+    assert says in stderr, f"{args}: the message does not mention {says!r}: {stderr.strip()[-300:]}"
+    assert "Traceback" not in stderr

@@ -1,0 +1,201 @@
+"""Packages: torch, sglang, sgl_kernel, flashinfer, flash_attn import in the image's Python at their labels'
+versions, and the SGLang patches of the label `sglang-sm120.patches` are in force, shown by behaviour."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from packaging.version import Version
+
+from sm120 import upstream_env
+from sm120.verify import docker_env
+from tests.image.conftest import IMAGE, REPORT
+from tests.upstream.test_patches_upstream import INKLING_OFF, KIMI_SNIPPET, SYMM_SNIPPET
+
+# Import name -> distribution name whose metadata must agree (sgl_kernel's comes from the label).
+DISTRIBUTIONS = {"torch": "torch", "sglang": "sglang", "flashinfer": "flashinfer-python", "flash_attn": "flash-attn"}
+
+# Runs in the image: import each package in one interpreter (torch first: the others import it) and report
+# its version, its distribution's version and where it was imported from. Nothing is imported before.
+PROBE = """
+import importlib, importlib.metadata as md, platform, sys
+out = {"python": platform.python_version(), "executable": sys.executable, "packages": {}}
+for name, dist in DISTS:
+    rec = {}
+    try:
+        rec["dist_version"] = md.version(dist)
+    except md.PackageNotFoundError:
+        rec["dist_version"] = None
+    try:
+        mod = importlib.import_module(name)
+        rec.update(imported=True, version=getattr(mod, "__version__", None), file=mod.__file__)
+    except BaseException as exc:
+        rec.update(imported=False, error=type(exc).__name__ + ": " + " ".join(str(exc).split())[-1500:])
+    out["packages"][name] = rec
+import torch
+out["torch_cuda"] = torch.version.cuda
+out["cuda_available"] = torch.cuda.is_available()
+report(out)
+"""
+
+# What `import sgl_kernel` needs that an image run without GPUs cannot have: the driver's libcuda.so.1, which the
+# NVIDIA container runtime mounts from the host (`--gpus`). Any other import error is a broken image.
+DRIVER_ONLY = ("libcuda.so.1",)
+
+
+@pytest.fixture(scope="session")
+def probe(py, expect) -> dict:
+    dists = [("torch", "torch"), *((n, d) for n, d in DISTRIBUTIONS.items() if n != "torch")]
+    dists.insert(2, ("sgl_kernel", expect.sgl_kernel_package))
+    out = py(f"DISTS = {dists!r}\n{PROBE}", env={"CUDA_VISIBLE_DEVICES": ""})
+    REPORT.python = out["python"]
+    for name, rec in out["packages"].items():
+        REPORT.found[name] = rec.get("version") or rec.get("dist_version") or "not installed"
+    return out
+
+
+def test_the_images_python_is_the_labelled_one(probe, expect, image):
+    assert probe["executable"].startswith("/opt/venv/"), f"{image.python} runs {probe['executable']}"
+    assert Version(probe["python"]).release[:2] == Version(expect.python).release[:2], (
+        f"the image's Python is {probe['python']}, the label sglang-sm120.python.version says {expect.python}"
+    )
+
+
+@pytest.mark.parametrize("name", ["torch", "sglang", "flashinfer", "flash_attn"])
+def test_package_imports_at_the_labelled_version(probe, expect, name: str):
+    rec = probe["packages"][name]
+    assert rec["imported"], f"import {name} fails in {IMAGE}: {rec.get('error')}"
+    want = expect.versions[name]
+    got = rec["version"]
+    assert got is not None, f"{name} has no __version__"
+    assert Version(got).public == Version(want).public, f"{name} {got} in the image, the label says {want}"
+    assert rec["dist_version"] is not None and Version(rec["dist_version"]).public == Version(want).public, (
+        f"{DISTRIBUTIONS[name]}'s metadata says {rec['dist_version']}, the label says {want}"
+    )
+
+
+def test_torch_is_the_labelled_cuda_build(probe, expect):
+    assert probe["torch_cuda"] == expect.torch_cuda, (
+        f"torch in the image is built for CUDA {probe['torch_cuda']}, the label sglang-sm120.torch.cuda says "
+        f"{expect.torch_cuda}"
+    )
+
+
+def test_sgl_kernel_is_the_labelled_distribution(probe, expect):
+    rec = probe["packages"]["sgl_kernel"]
+    assert rec["dist_version"] is not None, f"{expect.sgl_kernel_package} is not installed"
+    assert Version(rec["dist_version"]) == Version(expect.sgl_kernel), (
+        f"{expect.sgl_kernel_package} {rec['dist_version']} in the image, the label says {expect.sgl_kernel}"
+    )
+
+
+def test_sgl_kernel_imports(probe, expect):
+    """Needs the NVIDIA driver when the build links libcuda: then a GPU check (skipped here with the reason)."""
+    rec = probe["packages"]["sgl_kernel"]
+    if not rec["imported"]:
+        error = rec.get("error", "")
+        needs = [lib for lib in DRIVER_ONLY if f"{lib}: cannot open shared object file" in error]
+        others = [
+            m for m in re.findall(r"([\w.+-]+\.so[.\d]*): cannot open shared object file", error) if m not in needs
+        ]
+        if needs and not others:
+            pytest.skip(
+                f"import sgl_kernel needs the NVIDIA driver ({', '.join(needs)}, mounted by the container runtime with "
+                "--gpus): a GPU check (build.py verify --gpus all); ldd shows its other libraries resolve"
+            )
+        pytest.fail(f"import sgl_kernel fails for a reason other than the missing driver: {error}", pytrace=False)
+    got = rec["version"]
+    if got is not None:
+        assert Version(got) == Version(expect.sgl_kernel), f"sgl_kernel.__version__ {got}, label {expect.sgl_kernel}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The SGLang patches, by behaviour: the T1 snippets (tests/upstream/test_patches_upstream.py) run in the image's
+# own interpreter on its installed SGLang, with the same test-only stand-in for sgl_kernel (sm120/upstream_stubs.py;
+# the kernels cannot load without a GPU driver, and the patched code never calls one).
+# ---------------------------------------------------------------------------------------------------
+
+STUBS_PATH = "/tmp/sm120-verify/upstream_stubs.py"
+
+# One interpreter runs every snippet (the imports of torch and SGLang are paid once); each gets its own `emit`.
+RUN_SNIPPETS = """
+import json, traceback
+results = {}
+for _name, _code in SNIPPETS.items():
+    def emit(obj, _n=_name):
+        results[_n] = obj
+    try:
+        exec(compile(_code, "<" + _name + ">", "exec"), {"__name__": "__snippet__", "emit": emit,
+             "sm120_upstream_stubs": sm120_upstream_stubs})
+    except BaseException as exc:
+        results[_name] = {"crashed": type(exc).__name__ + ": " + str(exc), "tb": traceback.format_exc()[-800:]}
+emit_all = results
+"""
+
+
+def _check_kimi(out: dict) -> None:
+    assert out.get("ok"), f"KimiK25ForConditionalGeneration lacks the EAGLE-3 hooks: {out.get('error')}"
+    assert out["got"] == ["EMBED", "HEAD"]
+    assert out["calls"] == [
+        ["get_embed_and_head"],
+        ["set_embed_and_head", "E2", "H2"],
+        ["set_eagle3_layers_to_capture", [1, 29, 57]],
+        ["set_eagle3_layers_to_capture", None],
+    ]
+
+
+def _check_symm(out: dict) -> None:
+    s = out["scenarios"]["cc12_ws8_p2p"]
+    assert "error" not in s, f"capability 12, 8 ranks with P2P: {s['error']}"
+    assert s["disabled"] is False, f"capability 12 with P2P turns the communicator off: {s['log']}"
+    assert s["max_size"] == 8 * 2**20
+    assert s["calls"] == ["all_gather_object", "rendezvous", "two_shot"]
+    assert s["reduced_ok"] and s["small_takes_symm_mem"] and s["limit_sized_goes_to_nccl"]
+    off = out["scenarios"]["cc12_ws8_no_p2p"]
+    assert off["disabled"] is True and "rendezvous" not in off["calls"], "without P2P it must be off before rendezvous"
+    assert out["scenarios"]["cc9_ws8_multicast"]["calls"][-1] == "multimem", "sm_90 with multicast must keep multimem"
+
+
+BEHAVIOUR = {
+    "kimi-k25-eagle3-delegation": (KIMI_SNIPPET, _check_kimi),
+    "torch-symm-mem-sm120": (SYMM_SNIPPET, _check_symm),
+}
+# Patches of other components, checked by their effect elsewhere.
+NOT_SGLANG = {"flash-attn-kernel-subset": "test_kernels.py::test_flash_attn_kernels_are_the_labelled_subset"}
+
+
+@pytest.fixture(scope="session")
+def snippets(box, py, image_uid) -> dict:
+    stubs = upstream_env.STUBS_FILE.read_text()
+    docker_env.copy_in(box, {"sm120-verify/upstream_stubs.py": stubs}, "/tmp", uid=image_uid)
+    prelude = upstream_env._PRELUDE.format(pythonpath=[], stubs=True, stubs_file=STUBS_PATH)
+    code = (
+        prelude
+        + f"\nSNIPPETS = {dict((name, snippet) for name, (snippet, _) in BEHAVIOUR.items())!r}\n"
+        + RUN_SNIPPETS
+        + "\nreport(emit_all)\n"
+    )
+    env = {"CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false", **INKLING_OFF}
+    return py(code, env=env)
+
+
+def test_every_labelled_patch_has_a_behaviour_check(expect):
+    unknown = [p.name for p in expect.patches if p.name not in BEHAVIOUR and p.name not in NOT_SGLANG]
+    assert not unknown, f"no behaviour check in tests/image for the labelled patch(es) {unknown}: add one"
+
+
+@pytest.mark.parametrize("patch", sorted(BEHAVIOUR))
+def test_patch_is_in_force(patch: str, expect, snippets):
+    if patch not in {p.name for p in expect.patches}:
+        pytest.skip(f"{patch} is not in this image's label sglang-sm120.patches")
+    out = snippets.get(patch)
+    assert out is not None, f"the {patch} snippet reported nothing"
+    assert "crashed" not in out, f"the {patch} snippet crashed: {out['crashed']}\n{out.get('tb', '')}"
+    assert out["version"] == expect.sglang, f"the snippet imported SGLang {out['version']}"
+    assert out["file"].startswith("/opt/venv/"), f"the snippet imported {out['file']}, not the image's SGLang"
+    _check(patch, out)
+
+
+def _check(patch: str, out: dict) -> None:
+    BEHAVIOUR[patch][1](out)
