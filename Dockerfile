@@ -150,10 +150,13 @@ COPY --from=patched /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/ 
 COPY --from=patched /etc/sglang-sm120/plan.json /etc/sglang-sm120/plan.json
 COPY docker/entrypoint.py /opt/sglang-sm120/entrypoint.py
 COPY docker/entrypoint/ /opt/sglang-sm120/entrypoint/
+# The user's ~/.cache is the cache volume too: a library that writes under ~/.cache (SGLang >= 0.5.16's JIT,
+# for one, unless SGLANG_JIT_CACHE_DIR is set) still lands on the volume.
 RUN useradd --uid "${IMAGE_UID}" --create-home --shell /bin/bash "${IMAGE_USER}" \
  && mkdir -p "${CACHE_DIR}" \
  && chown "${IMAGE_USER}:${IMAGE_USER}" "${CACHE_DIR}" \
- && chmod 0755 "${CACHE_DIR}"
+ && chmod 0755 "${CACHE_DIR}" \
+ && ln -s "${CACHE_DIR}" "/home/${IMAGE_USER}/.cache"
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     CUDA_HOME=/usr/local/cuda \
@@ -163,6 +166,8 @@ ENV VIRTUAL_ENV=/opt/venv \
     TRITON_CACHE_DIR=${CACHE_DIR}/triton \
     TORCHINDUCTOR_CACHE_DIR=${CACHE_DIR}/torchinductor \
     TVM_FFI_CACHE_DIR=${CACHE_DIR}/tvm-ffi \
+    SGLANG_CACHE_DIR=${CACHE_DIR}/sglang \
+    SGLANG_JIT_CACHE_DIR=${CACHE_DIR}/sglang/jit \
     FLASHINFER_WORKSPACE_BASE=${CACHE_DIR} \
     CUDA_CACHE_PATH=${CACHE_DIR}/nv \
     HF_HOME=${CACHE_DIR}/huggingface \

@@ -162,15 +162,32 @@ OPTIONAL_DEPENDENCIES = [
         "only when NVSHMEM is set up for them, across nodes; the host's network stack provides them there",
     ),
     (
-        r".*/nvidia/cufile/lib/libcufile_rdma\.so[.\d]*",
+        r".*/nvidia/(cufile|cu\d+)/lib/libcufile_rdma\.so[.\d]*",
         r"lib(mlx5|rdmacm|ibverbs)\.so[.\d]*",
         "cuFile's RDMA path (GPUDirect Storage over InfiniBand) is loaded only when configured; serving does not",
     ),
     (
-        r".*/torchcodec/libtorchcodec_\w+?\d\.so",
-        r"lib(avutil|avcodec|avformat|avdevice|avfilter|swscale|swresample|torchcodec_core\d)\.so[.\d]*",
+        r".*/torchcodec/libtorchcodec_\w+\.so",
+        r"lib(avutil|avcodec|avformat|avdevice|avfilter|swscale|swresample|torchcodec_core\d|heif)\.so[.\d]*",
         "torchcodec ships one variant per FFmpeg major version and loads the one that matches the system's FFmpeg; "
         "the image has no FFmpeg, so torchcodec cannot decode media here (SGLang 0.5.9 reads video with decord)",
+    ),
+    (
+        r".*/torch_memory_saver_hook_mode_\w+\.abi3\.so",
+        r"libcudart\.so\.\d+",
+        "torch_memory_saver ships one build per CUDA major (and an unsuffixed one) and loads the build whose "
+        "libcudart matches torch's (torch_memory_saver/utils.py); the builds for another CUDA major miss theirs",
+    ),
+    (
+        r".*/xgrammar/libxgrammar_bindings\.so",
+        r"libtvm_ffi\.so",
+        "libtvm_ffi.so is the apache-tvm-ffi package's, loaded by `import tvm_ffi`, which xgrammar runs first "
+        "(xgrammar/base.py)",
+    ),
+    (
+        r".*/numba/np/ufunc/tbbpool\.[\w-]+\.so",
+        r"libtbb\.so[.\d]*",
+        "numba's optional TBB threading layer; without TBB numba uses its OpenMP or workqueue layer",
     ),
 ]
 
