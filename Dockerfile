@@ -5,7 +5,7 @@
 # `docker buildx build .` by hand; tests/unit/test_dockerfile.py keeps them equal to the plan.
 #
 # Stage order: devel -> torch -> flash-attn, sgl-kernel (compiled kernels) -> sglang (dependencies) -> kernels
-# -> patched (our SGLang patches) -> runtime. Kernel stages copy only their own scripts and patches, and the
+# -> patched (our SGLang patches) -> overlay -> runtime. Kernel stages copy only their own scripts and patches, and the
 # patch stage comes after them, so a patch or Python edit never recompiles a kernel.
 # No `# syntax=` line: BuildKit's built-in Dockerfile frontend is used (a syntax line pulls an image).
 
@@ -125,6 +125,17 @@ RUN mkdir -p /opt/jit/cuda/bin /opt/jit/cuda/lib64 \
  && cp -a lib64/stubs lib64/libcudart.so /opt/jit/cuda/lib64/ \
  && rm -rf /opt/jit/cuda/nvvm/libnvvm-samples /opt/jit/cuda/include/*.a
 
+# ---- overlay: what changes more often than the venv (the patched SGLang sources, the plan, the entrypoint),
+# gathered so that the runtime stage adds it as one layer on top of the venv: a patch or entrypoint edit then
+# re-exports one small layer instead of several (each new layer costs a diff of the tree on some drivers).
+FROM scratch AS overlay
+ARG PYTHON_VERSION=3.12
+COPY --from=patched /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/ \
+     /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/
+COPY --from=patched /etc/sglang-sm120/plan.json /etc/sglang-sm120/plan.json
+COPY docker/entrypoint.py /opt/sglang-sm120/entrypoint.py
+COPY docker/entrypoint/ /opt/sglang-sm120/entrypoint/
+
 # ---- runtime: what serving needs and nothing else. Non-root, tini as PID 1, the JIT toolchain, one cache
 # directory for every JIT cache (mount a named volume there), a health check on SGLang's /health.
 FROM ${RUNTIME_BASE_IMAGE} AS runtime
@@ -144,12 +155,6 @@ RUN apt-get update \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; assert v == '${PYTHON_VERSION}', v"
 RUN --mount=type=bind,from=jit-toolchain,source=/opt/jit/cuda,target=/mnt/jit \
     cp -a /mnt/jit/. /usr/local/cuda/ && ldconfig
-COPY --from=kernels /opt/venv /opt/venv
-COPY --from=patched /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/ \
-     /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/
-COPY --from=patched /etc/sglang-sm120/plan.json /etc/sglang-sm120/plan.json
-COPY docker/entrypoint.py /opt/sglang-sm120/entrypoint.py
-COPY docker/entrypoint/ /opt/sglang-sm120/entrypoint/
 # The user's ~/.cache is the cache volume too: a library that writes under ~/.cache (SGLang >= 0.5.16's JIT,
 # for one, unless SGLANG_JIT_CACHE_DIR is set) still lands on the volume.
 RUN useradd --uid "${IMAGE_UID}" --create-home --shell /bin/bash "${IMAGE_USER}" \
@@ -157,6 +162,8 @@ RUN useradd --uid "${IMAGE_UID}" --create-home --shell /bin/bash "${IMAGE_USER}"
  && chown "${IMAGE_USER}:${IMAGE_USER}" "${CACHE_DIR}" \
  && chmod 0755 "${CACHE_DIR}" \
  && ln -s "${CACHE_DIR}" "/home/${IMAGE_USER}/.cache"
+COPY --from=kernels /opt/venv /opt/venv
+COPY --from=overlay / /
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     CUDA_HOME=/usr/local/cuda \

@@ -101,13 +101,9 @@ def test_verify_passes_on_the_image(dc, tmp_path: Path):
 
 
 # One rule broken per image: (Dockerfile lines after FROM, build context, the -k selection, the check to name).
+# (A world-writable file is caught the same way; it is left out here to keep `./dev test` under ten minutes on a
+# warm cache: each derived image costs ~40 s of layer commit on this machine's storage driver.)
 BROKEN = {
-    "world-writable": (
-        "COPY notes.txt /opt/sglang-sm120/notes.txt",
-        {"notes.txt": (b"left behind\n", 0o666)},
-        "test_no_world_writable or test_runs_as",
-        "test_hygiene::test_no_world_writable_files_outside_shared_directories",
-    ),
     "root-user": ("USER root", {}, "test_runs_as", "test_hygiene::test_runs_as_the_labelled_non_root_user"),
     "static-library": (
         "COPY libcublas_static.a /usr/local/cuda/lib64/libcublas_static.a",
