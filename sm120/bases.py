@@ -23,7 +23,7 @@ import docker.errors
 
 import docker
 
-from . import buildx
+from . import buildx, engine
 from .config import Config, Profile
 from .errors import CheckFailed, UsageError
 
@@ -75,15 +75,6 @@ def spec(config: Config, profile: Profile) -> BaseSpec:
         inputs=inputs,
         label=f"{config.project.name}.{INPUTS_LABEL_SUFFIX}",
     )
-
-
-def _client() -> docker.DockerClient:
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise UsageError(f"cannot reach the Docker Engine ({exc}); start it or set DOCKER_HOST") from None
-    return client
 
 
 def _has(client: docker.DockerClient, name: str, label: str, digest: str) -> bool:
@@ -141,7 +132,7 @@ def _debootstrap(client: docker.DockerClient, s: BaseSpec, log: callable) -> Non
 def make(config: Config, profile: Profile, *, force: bool = False, log: callable = print) -> bool:
     """Make the bases if their inputs changed; return True when something was built."""
     s = spec(config, profile)
-    client = _client()
+    client = engine.connect()
     digest = s.digest
     if not force and all(_has(client, name, s.label, digest) for name in (s.runtime_image, s.devel_image)):
         log(f"bases up to date ({s.runtime_image}, {s.devel_image}; inputs {digest[:12]}): nothing to do")

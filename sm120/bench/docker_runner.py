@@ -22,6 +22,8 @@ from typing import Any
 import requests
 from tqdm import tqdm
 
+from ..engine import connect as engine_connect
+from ..engine import describe
 from ..errors import CheckFailed, UsageError
 from .client import ServerUnreachable
 
@@ -65,14 +67,7 @@ def device_requests(gpus: str) -> list[Any]:
 
 def connect() -> Any:
     """A docker SDK client; exit 2 with one line when the engine cannot be reached."""
-    import docker
-
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise ServerUnreachable(f"cannot reach the Docker Engine: {_short(exc)}") from None
-    return client
+    return engine_connect(ServerUnreachable)
 
 
 def check_image(client: Any, image: str) -> None:
@@ -85,14 +80,7 @@ def check_image(client: Any, image: str) -> None:
             f"--image {image}: no such image on this Docker host; build it (build.py build) or docker pull it first"
         ) from None
     except docker.errors.APIError as exc:
-        raise CheckFailed(f"cannot inspect image {image}: {_short(exc)}") from None
-
-
-def _short(exc: Exception) -> str:
-    text = getattr(exc, "explanation", None) or str(exc)
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    return " ".join(str(text).split())[:300]
+        raise CheckFailed(f"cannot inspect image {image}: {describe(exc)}") from None
 
 
 def _last_log_line(container: Any) -> str:
@@ -242,7 +230,7 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
                 # containers.run creates, then starts: a failed start (no GPU runtime, say) leaves it created.
                 with contextlib.suppress(docker.errors.DockerException):
                     client.containers.get(name).remove(force=True)
-                raise CheckFailed(f"{spec.label}: cannot start {spec.image}: {_short(exc)}") from None
+                raise CheckFailed(f"{spec.label}: cannot start {spec.image}: {describe(exc)}") from None
             container.reload()
             bindings = (container.ports or {}).get(f"{spec.port}/tcp") or []
             if not bindings:

@@ -17,31 +17,11 @@ from typing import Any
 from ..bench import client, grid, report, runner
 from ..bench import prompts as prompts_mod
 from ..bench.results import BASELINE, Label, Results, open_results
-from ..cli import add_config_args, positive_int
+from ..cli import add_config_args, non_negative_int, positive_float, positive_int
 from ..errors import CheckFailed, UsageError
 from .plan import load_plan
 
 METRICS = {"decode": "decode_tok_s", "e2e": "e2e_tok_s"}
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -21,6 +21,8 @@ from docker.models.containers import Container
 
 import docker
 
+from .. import engine
+
 RUN_LABEL = "sglang-sm120.verify"
 
 
@@ -33,12 +35,7 @@ class NoSuchImage(LookupError):
 
 
 def client() -> docker.DockerClient:
-    try:
-        c = docker.from_env()
-        c.ping()
-    except docker.errors.DockerException as exc:
-        raise DockerUnavailable(f"cannot reach the Docker Engine ({exc})") from None
-    return c
+    return engine.connect(DockerUnavailable)
 
 
 @dataclass(frozen=True)
