@@ -13,6 +13,7 @@ runs reuse them.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from packaging.version import Version
 
 from sm120 import config as cfg
 from sm120 import upstream_env
+from tests.helpers import run_build_py
 
 TRACKS: list[str] = sorted(cfg.load().tracks, key=Version)
 
@@ -45,3 +47,18 @@ def sglang_python(request: pytest.FixtureRequest) -> Path:
 def run_snippet():
     """`run_snippet(python, code, **kw)`: run code in an upstream interpreter, return what it emit()ted."""
     return upstream_env.run_snippet
+
+
+@pytest.fixture(scope="session")
+def patched_tree(tmp_path_factory: pytest.TempPathFactory):
+    """patched_tree(version): `build.py patches apply --sglang V --dest DIR` from PyPI's wheel (what the image build
+    runs), made once per session for every test that needs it."""
+
+    @functools.cache
+    def make(version: str) -> Path:
+        dest = tmp_path_factory.mktemp(f"patched-{version}") / "site-packages"
+        proc = run_build_py("patches", "apply", "--sglang", version, "--dest", str(dest))
+        assert proc.returncode == 0, proc.stderr
+        return dest
+
+    return make

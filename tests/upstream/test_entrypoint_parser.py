@@ -10,7 +10,6 @@ that need a patch must stay out and the unpatched 0.5.9 must refuse Kimi-K2.5 wi
 
 from __future__ import annotations
 
-import functools
 import shlex
 from pathlib import Path
 
@@ -27,25 +26,10 @@ from tests.entrypoint_helpers import (
     run_entrypoint,
     stderr_lines,
 )
-from tests.helpers import run_build_py
 
 CONFIG = cfg.load()
 TRACKS = sorted(CONFIG.tracks, key=Version)
 TIMEOUT_S = 600  # importing SGLang's server_args takes 10-40 s on a small CPU machine
-
-
-@pytest.fixture(scope="module")
-def image_sglang(tmp_path_factory: pytest.TempPathFactory):
-    """image_sglang(version): the release patched as the image build patches it (site-packages layout)."""
-
-    @functools.cache
-    def make(version: str) -> Path:
-        dest = tmp_path_factory.mktemp(f"image-sglang-{version}") / "site-packages"
-        proc = run_build_py("patches", "apply", "--sglang", version, "--dest", str(dest))
-        assert proc.returncode == 0, proc.stderr
-        return dest
-
-    return make
 
 
 @pytest.fixture
@@ -106,10 +90,10 @@ def ok(proc, version: str) -> None:
 
 
 @pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
-def test_eagle3_as_the_image_ships_it(sglang_python, env, image_sglang, run_snippet, request):
+def test_eagle3_as_the_image_ships_it(sglang_python, env, patched_tree, run_snippet, request):
     """The issue's "done when": MODEL_PATH, DRAFT_MODEL_PATH, TP_SIZE=8, eagle3 --dry-run, accepted by SGLang."""
     version = request.node.callspec.params["sglang_python"]
-    site = image_sglang(version)
+    site = patched_tree(version)
     proc = run_entrypoint(
         ["eagle3", "--dry-run"], {**env, "PYTHONPATH": str(site)}, python=sglang_python, timeout=TIMEOUT_S
     )

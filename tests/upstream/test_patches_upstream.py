@@ -42,20 +42,6 @@ def statuses(stdout: str) -> dict[str, str]:
     return out
 
 
-@pytest.fixture(scope="session")
-def patched_tree(tmp_path_factory: pytest.TempPathFactory):
-    """patched_tree(version): `build.py patches apply --sglang V --dest DIR` from PyPI's wheel, made once."""
-
-    @functools.cache
-    def make(version: str) -> Path:
-        dest = tmp_path_factory.mktemp(f"patched-{version}") / "site-packages"
-        proc = run_build_py("patches", "apply", "--sglang", version, "--dest", str(dest))
-        assert proc.returncode == 0, proc.stderr
-        return dest
-
-    return make
-
-
 @pytest.mark.parametrize("version", TRACKS)
 def test_check_on_the_pinned_track(version: str):
     proc = run_build_py("patches", "check", "--sglang", version)
