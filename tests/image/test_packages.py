@@ -11,7 +11,7 @@ from packaging.version import Version
 from sm120 import upstream_env
 from sm120.verify import docker_env
 from tests.image.conftest import IMAGE, REPORT
-from tests.upstream.test_patches_upstream import INKLING_OFF, KIMI_SNIPPET, SYMM_SNIPPET
+from tests.upstream.test_patches_upstream import INKLING_OFF, KIMI_SNIPPET, SYMM_SNIPPET, assert_kimi_delegates
 
 # Import name -> distribution name whose metadata must agree (sgl_kernel's comes from the label).
 DISTRIBUTIONS = {"torch": "torch", "sglang": "sglang", "flashinfer": "flashinfer-python", "flash_attn": "flash-attn"}
@@ -134,17 +134,6 @@ emit_all = results
 """
 
 
-def _check_kimi(out: dict) -> None:
-    assert out.get("ok"), f"KimiK25ForConditionalGeneration lacks the EAGLE-3 hooks: {out.get('error')}"
-    assert out["got"] == ["EMBED", "HEAD"]
-    assert out["calls"] == [
-        ["get_embed_and_head"],
-        ["set_embed_and_head", "E2", "H2"],
-        ["set_eagle3_layers_to_capture", [1, 29, 57]],
-        ["set_eagle3_layers_to_capture", None],
-    ]
-
-
 def _check_symm(out: dict) -> None:
     s = out["scenarios"]["cc12_ws8_p2p"]
     assert "error" not in s, f"capability 12, 8 ranks with P2P: {s['error']}"
@@ -158,7 +147,7 @@ def _check_symm(out: dict) -> None:
 
 
 BEHAVIOUR = {
-    "kimi-k25-eagle3-delegation": (KIMI_SNIPPET, _check_kimi),
+    "kimi-k25-eagle3-delegation": (KIMI_SNIPPET, assert_kimi_delegates),
     "torch-symm-mem-sm120": (SYMM_SNIPPET, _check_symm),
 }
 # Patches of other components, checked by their effect elsewhere.

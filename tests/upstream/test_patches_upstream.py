@@ -140,13 +140,10 @@ emit(out)
 """
 
 
-@pytest.mark.parametrize("sglang_python, version", [(v, v) for v in TRACKS], indirect=["sglang_python"])
-def test_kimi_k25_delegates_the_eagle3_hooks(sglang_python: Path, version: str, patched_tree):
-    tree = patched_tree(version)
-    out = upstream_env.run_snippet(sglang_python, KIMI_SNIPPET, pythonpath=[tree])
-    assert Path(out["file"]).is_relative_to(tree), "the venv's own sglang was imported, not the patched tree"
-    assert out["version"] == version
-    assert out["ok"], out.get("error")
+def assert_kimi_delegates(out: dict) -> None:
+    """KIMI_SNIPPET's result: each hook reached the stand-in language model with its arguments, in order (also
+    used by the image suite, tests/image/test_packages.py)."""
+    assert out.get("ok"), f"KimiK25ForConditionalGeneration lacks the EAGLE-3 hooks: {out.get('error')}"
     assert out["got"] == ["EMBED", "HEAD"]
     assert out["calls"] == [
         ["get_embed_and_head"],
@@ -154,6 +151,15 @@ def test_kimi_k25_delegates_the_eagle3_hooks(sglang_python: Path, version: str, 
         ["set_eagle3_layers_to_capture", [1, 29, 57]],
         ["set_eagle3_layers_to_capture", None],
     ]
+
+
+@pytest.mark.parametrize("sglang_python, version", [(v, v) for v in TRACKS], indirect=["sglang_python"])
+def test_kimi_k25_delegates_the_eagle3_hooks(sglang_python: Path, version: str, patched_tree):
+    tree = patched_tree(version)
+    out = upstream_env.run_snippet(sglang_python, KIMI_SNIPPET, pythonpath=[tree])
+    assert Path(out["file"]).is_relative_to(tree), "the venv's own sglang was imported, not the patched tree"
+    assert out["version"] == version
+    assert_kimi_delegates(out)
 
 
 @pytest.mark.parametrize("sglang_python", ["0.5.9"], indirect=True)
