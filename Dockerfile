@@ -1,21 +1,47 @@
 # SGLang for NVIDIA Blackwell workstation GPUs (sm_120) on CUDA 13.0.1.
 #
 # `python3 build.py build [--profile offline]` passes every ARG below from the resolved plan (build.toml).
-# The defaults mirror build.toml's default track and profile (SGLang 0.5.9, release) for people who run
-# `docker buildx build .` by hand; tests/unit/test_dockerfile.py keeps them equal to the plan.
+# Each default is declared once, here, above the first FROM, and mirrors build.toml's default track and profile
+# (SGLang 0.5.9, release) for people who run `docker buildx build .` by hand; tests/unit/test_dockerfile.py
+# keeps them equal to the plan. Stages re-declare the ARGs they use without a value.
 #
 # Stage order: devel -> torch -> flash-attn, sgl-kernel (compiled kernels) -> sglang (dependencies) -> kernels
 # -> patched (our SGLang patches) -> overlay -> runtime. Kernel stages copy only their own scripts and patches, and the
-# patch stage comes after them, so a patch or Python edit never recompiles a kernel.
+# patch stage comes after them, so a patch or Python edit never recompiles a kernel. The compile parallelism is
+# the BuildKit secret `build_jobs` (docker/stages/common.sh), not an ARG: it is kept out of the cache key.
 # No `# syntax=` line: BuildKit's built-in Dockerfile frontend is used (a syntax line pulls an image).
 
 ARG BASE_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
 ARG RUNTIME_BASE_IMAGE=nvidia/cuda:13.0.1-base-ubuntu24.04
+ARG PROFILE=release
+ARG PYTHON_VERSION=3.12
+ARG SGLANG_VERSION=0.5.9
+ARG TORCH_VERSION=2.9.1
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130
+ARG FLASHINFER_VERSION=0.6.3
+ARG FLASH_ATTN_VERSION=2.8.3
+ARG FLASH_ATTN_CUDA_ARCHS=120
+ARG FLASH_ATTN_HEAD_DIMS=32,64,96,128,192,256
+ARG FLASH_ATTN_DTYPES=fp16,bf16
+ARG FLASH_ATTN_BACKWARD=0
+ARG FLASH_ATTN_PATCHES=patches/flash-attn/2.8.3/kernel-subset.patch
+ARG FLASH_ATTN_ALLOW_CUDA_MISMATCH=0
+ARG CXX_STD=17
+ARG SGL_KERNEL_PACKAGE=sgl-kernel
+ARG SGL_KERNEL_VERSION=0.3.21
+ARG SGL_KERNEL_SOURCE=wheel
+ARG SGL_KERNEL_WHEEL_URL=https://github.com/sgl-project/whl/releases/download/v0.3.21/sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl
+ARG SGL_KERNEL_WHEEL_SHA256=4be1313f82808f0fb6df8107e79f6b6cea07a4aa2b20139e0342eafe31eb28bd
+ARG FIXUP_PINS="nvidia-cudnn-cu13==9.16.0.29 nvidia-nccl-cu13==2.28.3 cuda-python==13.1.1"
+ARG IMAGE_USER=sglang
+ARG IMAGE_UID=1000
+ARG CACHE_DIR=/var/cache/sglang
+ARG PORT=30000
 
 # ---- devel: the CUDA 13.0.1 compiler image plus Python, a virtual environment and build tools.
 # Every compile stage starts here. Python comes from the OS (Ubuntu 24.04: 3.12; the offline Debian: 3.11).
 FROM ${BASE_IMAGE} AS devel
-ARG PYTHON_VERSION=3.12
+ARG PYTHON_VERSION
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -37,8 +63,8 @@ RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip 
 
 # ---- torch: torch for the track (PyTorch's CUDA 13.0 index where PyPI's build is CUDA 12, in `release`).
 FROM devel AS torch
-ARG TORCH_VERSION=2.9.1
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130
+ARG TORCH_VERSION
+ARG TORCH_INDEX_URL
 RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
     . /opt/build/common.sh \
@@ -48,61 +74,65 @@ RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip 
 
 # ---- flash-attn: compiled from its sdist for the plan's archs, head dims and dtypes (patches/flash-attn).
 FROM torch AS flash-attn
-ARG FLASH_ATTN_VERSION=2.8.3
-ARG FLASH_ATTN_CUDA_ARCHS=120
-ARG FLASH_ATTN_HEAD_DIMS=32,64,96,128,192,256
-ARG FLASH_ATTN_DTYPES=fp16,bf16
-ARG FLASH_ATTN_BACKWARD=0
-ARG FLASH_ATTN_PATCHES=patches/flash-attn/2.8.3/kernel-subset.patch
-ARG FLASH_ATTN_ALLOW_CUDA_MISMATCH=0
-ARG CXX_STD=17
-ARG MAX_JOBS
-ARG NVCC_THREADS=1
+ARG FLASH_ATTN_VERSION
+ARG FLASH_ATTN_CUDA_ARCHS
+ARG FLASH_ATTN_HEAD_DIMS
+ARG FLASH_ATTN_DTYPES
+ARG FLASH_ATTN_BACKWARD
+ARG FLASH_ATTN_PATCHES
+ARG FLASH_ATTN_ALLOW_CUDA_MISMATCH
+ARG CXX_STD
 COPY docker/stages/flash-attn.sh /opt/build/
 COPY patches/flash-attn/ /opt/build/patches/flash-attn/
-RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip \
+RUN --mount=type=secret,id=ca_bundle --mount=type=secret,id=build_jobs --mount=type=cache,target=/root/.cache/pip \
     --mount=type=cache,target=/root/.ccache \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
     OUT_DIR=/wheels PATCH_ROOT=/opt/build bash /opt/build/flash-attn.sh
 
-# ---- sgl-kernel: SGLang's kernels. `release` compiles them from the SGLang release tag for sm_120a only;
-# `offline` takes the PyPI wheel, which carries sm_120a code (the plan checks that).
+# ---- sgl-kernel: SGLang's kernels as a wheel, the way build.toml says per track and profile: `wheel` (upstream's
+# prebuilt CUDA 13 wheel, pinned by sha256, as SGLang's own CUDA 13 Dockerfile installs it), `pypi`, or `source`
+# (opt-in: compiled from the SGLang release tag for sm_120a). docker/stages/sgl-kernel.sh says what each does.
 FROM torch AS sgl-kernel
-ARG SGLANG_VERSION=0.5.9
-ARG SGL_KERNEL_PACKAGE=sgl-kernel
-ARG SGL_KERNEL_VERSION=0.3.21
-ARG SGL_KERNEL_SOURCE=source
-ARG MAX_JOBS
-ARG NVCC_THREADS=1
+ARG SGLANG_VERSION
+ARG SGL_KERNEL_PACKAGE
+ARG SGL_KERNEL_VERSION
+ARG SGL_KERNEL_SOURCE
+ARG SGL_KERNEL_WHEEL_URL
+ARG SGL_KERNEL_WHEEL_SHA256
 COPY docker/stages/sgl-kernel.sh /opt/build/
-RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip \
+RUN --mount=type=secret,id=ca_bundle --mount=type=secret,id=build_jobs --mount=type=cache,target=/root/.cache/pip \
     --mount=type=cache,target=/root/.ccache \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
     OUT_DIR=/wheels bash /opt/build/sgl-kernel.sh
 
-# ---- sglang: SGLang at the pinned version and every dependency, unpatched, with the sgl-kernel wheel. It does
-# not wait for flash-attn: BuildKit runs this install while flash-attn compiles.
+# ---- sglang: SGLang at the pinned version and every dependency, unpatched, with the sgl-kernel wheel; then the
+# track's CUDA fix-up pins (build.toml [[tracks.*.fixups]]: cuDNN, NCCL, cuda-python), after dependency
+# resolution, as upstream does. It does not wait for flash-attn: BuildKit runs this install while flash-attn compiles.
 FROM torch AS sglang
-ARG SGLANG_VERSION=0.5.9
-ARG FLASHINFER_VERSION=0.6.3
+ARG SGLANG_VERSION
+ARG FLASHINFER_VERSION
+ARG FIXUP_PINS
+COPY docker/stages/fixups.sh /opt/build/
 RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,from=sgl-kernel,source=/wheels,target=/kernels/sgl-kernel \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
     . /opt/build/common.sh \
- && pip_install /kernels/sgl-kernel/*.whl "sglang==${SGLANG_VERSION}" "flashinfer-python==${FLASHINFER_VERSION}"
+ && pip_install /kernels/sgl-kernel/*.whl "sglang==${SGLANG_VERSION}" "flashinfer-python==${FLASHINFER_VERSION}" \
+ && bash /opt/build/fixups.sh apply
 
 # ---- kernels: the flash-attn wheel added to that environment (its dependencies are already there).
 FROM sglang AS kernels
+ARG FIXUP_PINS
 RUN --mount=type=bind,from=flash-attn,source=/wheels,target=/kernels/flash-attn \
     pip install --no-deps --no-index /kernels/flash-attn/*.whl \
- && python -m pip check
+ && bash /opt/build/fixups.sh check
 
 # ---- patched: our patch series for this SGLang version, checked and applied by the same code as
 # `build.py patches apply` on the host; then the plan, baked in for the entrypoint.
 FROM kernels AS patched
-ARG SGLANG_VERSION=0.5.9
-ARG PROFILE=release
-ARG PYTHON_VERSION=3.12
+ARG SGLANG_VERSION
+ARG PROFILE
+ARG PYTHON_VERSION
 COPY build.py build.toml /opt/sglang-sm120/src/
 COPY sm120/ /opt/sglang-sm120/src/sm120/
 COPY patches/ /opt/sglang-sm120/src/patches/
@@ -115,21 +145,16 @@ RUN cd /opt/sglang-sm120/src \
 
 # ---- jit-toolchain: what SGLang, FlashInfer and Triton compile with at run time, cut from the devel image:
 # nvcc and its backends, the CUDA headers, libcudart.so and the driver stub to link against. Not the static
-# libraries, profilers, samples or docs.
+# libraries, profilers, samples or docs. NVIDIA's `include` and `lib64` are links: the script follows them.
 FROM devel AS jit-toolchain
-RUN mkdir -p /opt/jit/cuda/bin /opt/jit/cuda/lib64 \
- && cd /usr/local/cuda \
- && cp -a bin/nvcc bin/nvcc.profile bin/ptxas bin/fatbinary bin/nvlink bin/cudafe++ bin/bin2c bin/crt \
-        /opt/jit/cuda/bin/ \
- && cp -a nvvm include /opt/jit/cuda/ \
- && cp -a lib64/stubs lib64/libcudart.so /opt/jit/cuda/lib64/ \
- && rm -rf /opt/jit/cuda/nvvm/libnvvm-samples /opt/jit/cuda/include/*.a
+COPY docker/stages/jit-toolchain.sh /opt/build/
+RUN bash /opt/build/jit-toolchain.sh collect /usr/local/cuda /opt/jit/cuda
 
 # ---- overlay: what changes more often than the venv (the patched SGLang sources, the plan, the entrypoint),
 # gathered so that the runtime stage adds it as one layer on top of the venv: a patch or entrypoint edit then
 # re-exports one small layer instead of several (each new layer costs a diff of the tree on some drivers).
 FROM scratch AS overlay
-ARG PYTHON_VERSION=3.12
+ARG PYTHON_VERSION
 COPY --from=patched /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/ \
      /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/
 COPY --from=patched /etc/sglang-sm120/plan.json /etc/sglang-sm120/plan.json
@@ -139,12 +164,12 @@ COPY docker/entrypoint/ /opt/sglang-sm120/entrypoint/
 # ---- runtime: what serving needs and nothing else. Non-root, tini as PID 1, the JIT toolchain, one cache
 # directory for every JIT cache (mount a named volume there), a health check on SGLang's /health.
 FROM ${RUNTIME_BASE_IMAGE} AS runtime
-ARG PYTHON_VERSION=3.12
+ARG PYTHON_VERSION
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG IMAGE_USER=sglang
-ARG IMAGE_UID=1000
-ARG CACHE_DIR=/var/cache/sglang
-ARG PORT=30000
+ARG IMAGE_USER
+ARG IMAGE_UID
+ARG CACHE_DIR
+ARG PORT
 ENV DEBIAN_FRONTEND=noninteractive
 # python3-dev: Python.h for Triton's launcher; g++ and ninja: FlashInfer's and SGLang's JIT builds; tini: PID 1;
 # libnuma1: sgl-kernel links it.
@@ -153,15 +178,14 @@ RUN apt-get update \
         python3 python3-dev g++ ninja-build tini libnuma1 ca-certificates \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/* \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; assert v == '${PYTHON_VERSION}', v"
+# The toolchain is merged into the directory /usr/local/cuda resolves to, through the base's own links.
 RUN --mount=type=bind,from=jit-toolchain,source=/opt/jit/cuda,target=/mnt/jit \
-    cp -a /mnt/jit/. /usr/local/cuda/ && ldconfig
-# The user's ~/.cache is the cache volume too: a library that writes under ~/.cache (SGLang >= 0.5.16's JIT,
-# for one, unless SGLANG_JIT_CACHE_DIR is set) still lands on the volume.
-RUN useradd --uid "${IMAGE_UID}" --create-home --shell /bin/bash "${IMAGE_USER}" \
- && mkdir -p "${CACHE_DIR}" \
- && chown "${IMAGE_USER}:${IMAGE_USER}" "${CACHE_DIR}" \
- && chmod 0755 "${CACHE_DIR}" \
- && ln -s "${CACHE_DIR}" "/home/${IMAGE_USER}/.cache"
+    --mount=type=bind,source=docker/stages/jit-toolchain.sh,target=/mnt/jit-toolchain.sh \
+    bash /mnt/jit-toolchain.sh merge /mnt/jit /usr/local/cuda && ldconfig
+# The image's user with build.toml's uid, whether or not the base already has an account with it (Ubuntu
+# 24.04's `ubuntu` is uid 1000: it is renamed); its ~/.cache is the cache volume.
+RUN --mount=type=bind,source=docker/stages/runtime-user.sh,target=/mnt/runtime-user.sh \
+    bash /mnt/runtime-user.sh "${IMAGE_USER}" "${IMAGE_UID}" "${CACHE_DIR}"
 COPY --from=kernels /opt/venv /opt/venv
 COPY --from=overlay / /
 ENV VIRTUAL_ENV=/opt/venv \

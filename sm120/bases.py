@@ -23,7 +23,7 @@ import docker.errors
 
 import docker
 
-from . import buildx, engine
+from . import base_facts, buildx, engine
 from .config import Config, Profile
 from .errors import CheckFailed, UsageError
 
@@ -162,6 +162,23 @@ def make(config: Config, profile: Profile, *, force: bool = False, log: callable
                 labels={s.label: digest, f"{config.project.name}.cuda.version": cuda},
             )
         )
+    check_facts(config, client, s, log)
     log(f"bases ready: {s.runtime_image}, {s.devel_image}")
     sys.stdout.flush()
     return True
+
+
+def check_facts(config: Config, client: docker.DockerClient, s: BaseSpec, log: callable) -> None:
+    """The release bases' facts (docker/base/release-facts.toml) hold on the offline bases, or the build stops."""
+    facts = base_facts.load(config)
+    for flavour, name in (("runtime", s.runtime_image), ("devel", s.devel_image)):
+        outcomes = base_facts.check(client, name, flavour, facts)
+        broken = [o for o in outcomes if o.status == "broken"]
+        if broken:
+            o = broken[0]
+            raise CheckFailed(
+                f"{name} breaks the release fact {o.fact.id!r} ({base_facts.FACTS_FILE.name}): found {o.detail}; "
+                f"{o.fact.why}"
+            )
+        skipped = sum(o.status == "not reproduced" for o in outcomes)
+        log(f"{name}: {len(outcomes) - skipped} release facts hold, {skipped} not reproducible offline (see the file)")

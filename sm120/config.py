@@ -76,11 +76,41 @@ class Torch(_Strict):
     pypi_cuda: str = Field(pattern=r"^\d+\.\d+$")
 
 
+SglKernelInstall = Literal["wheel", "pypi", "source"]
+
+
+class SglKernelWheel(_Strict):
+    """Upstream's prebuilt wheel at a direct URL, pinned by sha256 (what SGLang's own Dockerfile installs)."""
+
+    url: str = Field(pattern=r"^https://\S+\.whl$")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    cuda: str = Field(pattern=r"^\d+\.\d+$")
+    why: str = Field(min_length=1)  # which file of several uploads, and why
+
+
 class SglKernel(_Strict):
     package: str
     version: str = Field(pattern=_VERSION_RE)
     pypi_cuda: str = Field(pattern=r"^\d+\.\d+$")
     pypi_archs: list[str]
+    # How each profile gets it: `wheel` (the [wheel] below), `pypi`, or `source` (compiled from the SGLang
+    # release tag for sm_120a; opt-in, unproven here).
+    install: dict[str, SglKernelInstall] = Field(min_length=1)
+    wheel: SglKernelWheel | None = None
+
+    @model_validator(mode="after")
+    def _wheel_when_used(self) -> SglKernel:
+        if "wheel" in self.install.values() and self.wheel is None:
+            raise ValueError("install names 'wheel' but there is no [sgl_kernel.wheel] (url, sha256, cuda, why)")
+        return self
+
+
+class Fixup(_Strict):
+    """A package pinned over what dependency resolution chose, after it (SGLang's CUDA fix-ups)."""
+
+    requirement: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==\S+$")
+    torch_cuda: str = Field(pattern=r"^\d+$")  # the CUDA major of the torch build it applies to
+    reason: str = Field(min_length=1)
 
 
 # When a runtime rule applies (all listed conditions must hold): "nvfp4" = the target is a ModelOpt NVFP4
@@ -138,6 +168,7 @@ class Track(_Strict):
     sgl_kernel: SglKernel
     runtime: list[RuntimeRule] = []
     left_out: list[LeftOut] = []
+    fixups: list[Fixup] = []
 
 
 class FlashAttnKernels(_Strict):
@@ -155,7 +186,6 @@ class Profile(_Strict):
     bases: Literal["registry", "local"]
     python: str = Field(pattern=r"^3\.\d+$")
     torch_index: str | None = None
-    sgl_kernel: Literal["source", "pypi"]
     flash_attn: FlashAttnKernels
 
 
@@ -346,6 +376,14 @@ def _check_references(config: Config) -> None:
                     f'{name}: tracks."{version}".patches names {patch!r}, which has no [patches.{patch}] '
                     f"(patches: {', '.join(sorted(config.patches)) or 'none'})"
                 )
+        unknown = sorted(set(track.sgl_kernel.install) - set(config.profiles))
+        missing = sorted(set(config.profiles) - set(track.sgl_kernel.install))
+        if unknown or missing:
+            raise UsageError(
+                f'{name}: tracks."{version}".sgl_kernel.install must name every profile once '
+                f"({', '.join(sorted(config.profiles))}); "
+                + (f"unknown: {', '.join(unknown)}" if unknown else f"missing: {', '.join(missing)}")
+            )
     for patch_name, patch in config.patches.items():
         for i, variant in enumerate(patch.variants):
             if not (config.root / variant.file).is_file():

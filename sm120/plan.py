@@ -37,6 +37,12 @@ class SkippedPatch:
 
 
 @dataclass(frozen=True)
+class FixupPin:
+    requirement: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Plan:
     profile: str
     sglang_version: str
@@ -55,9 +61,13 @@ class Plan:
     bases: str
     patches: list[PatchRef]
     patches_skipped: list[SkippedPatch]
+    fixups: list[FixupPin]
     max_jobs: int
     nvcc_threads: int
     parallelism_reason: str
+    # The job budget split between the kernel stages that compile at the same time; reaches the build as the
+    # BuildKit secret `build_jobs`, never as a build arg (it must not change a compiled layer's cache key).
+    build_jobs: dict[str, str]
     tags: list[str]
     labels: dict[str, str]
     build_args: dict[str, str]
@@ -118,26 +128,48 @@ def _torch(config: Config, track: Track, profile: Profile) -> tuple[str, str | N
     return track.torch.pypi_cuda, None, [note]
 
 
-def _sgl_kernel(config: Config, track: Track, profile: Profile) -> tuple[dict[str, Any], list[str], list[str]]:
+def _sgl_kernel(config: Config, track: Track, profile_name: str) -> tuple[dict[str, Any], list[str], list[str]]:
     want = [sm(a, "a") for a in config.cuda.archs]
-    sk = track.sgl_kernel
-    info: dict[str, Any] = {"package": sk.package, "version": sk.version, "source": profile.sgl_kernel}
+    sgl = track.sgl_kernel
+    install = sgl.install[profile_name]
+    info: dict[str, Any] = {
+        "package": sgl.package,
+        "version": sgl.version,
+        "source": install,
+        "wheel_url": "",
+        "wheel_sha256": "",
+    }
     notes: list[str] = []
     warnings: list[str] = []
-    if profile.sgl_kernel == "source":
+    if install == "source":
         info.update(archs=want, cuda=_cuda_minor(config.cuda.version))
+    elif install == "wheel":
+        assert sgl.wheel is not None  # config checks it
+        # What the wheel carries is verify's to judge (SASS check); the plan asks for sm_120a.
+        info.update(archs=want, cuda=sgl.wheel.cuda, wheel_url=sgl.wheel.url, wheel_sha256=sgl.wheel.sha256)
     else:
-        have = ["sm_" + a for a in sk.pypi_archs]
-        info.update(archs=have, cuda=sk.pypi_cuda)
+        have = ["sm_" + a for a in sgl.pypi_archs]
+        info.update(archs=have, cuda=sgl.pypi_cuda)
         missing = [a for a in want if a not in have]
         if missing:
-            warnings.append(f"{sk.package} {sk.version} from PyPI has no {', '.join(missing)} code")
-        if sk.pypi_cuda != _cuda_minor(config.cuda.version):
-            notes.append(
-                f"{sk.package} {sk.version} is PyPI's CUDA {sk.pypi_cuda} build: a stand-in on the "
-                f"CUDA {config.cuda.version} base"
-            )
+            warnings.append(f"{sgl.package} {sgl.version} from PyPI has no {', '.join(missing)} code")
+    if info["cuda"] != _cuda_minor(config.cuda.version):
+        notes.append(
+            f"{sgl.package} {sgl.version} is PyPI's CUDA {info['cuda']} build: a stand-in on the "
+            f"CUDA {config.cuda.version} base"
+        )
     return info, notes, warnings
+
+
+def _build_jobs(max_jobs: int, nvcc_threads: int, compiling: list[str]) -> dict[str, str]:
+    """One job budget for the kernel stages that compile at the same time (BuildKit runs them in parallel)."""
+    share = max(1, max_jobs // len(compiling))
+    jobs = {
+        "FLASH_ATTN_MAX_JOBS": str(share if "flash-attn" in compiling else 1),
+        "SGL_KERNEL_MAX_JOBS": str(share if "sgl-kernel" in compiling else 1),
+        "NVCC_THREADS": str(nvcc_threads),
+    }
+    return jobs
 
 
 def _flash_attn(config: Config, track: Track, kernels: FlashAttnKernels) -> dict[str, Any]:
@@ -170,13 +202,14 @@ def _patches(config: Config, track: Track, version: str) -> tuple[list[PatchRef]
     return refs, skipped
 
 
-def _differences(config: Config, name: str) -> list[str]:
+def _differences(config: Config, name: str, track: Track) -> list[str]:
     """How this profile differs from the default one, field by field (derived, never written by hand)."""
     default = config.defaults.profile
     if name == default:
         return []
-    mine = config.profile(name).model_dump()
-    theirs = config.profile(default).model_dump()
+    install = track.sgl_kernel.install
+    mine = config.profile(name).model_dump() | {"sgl_kernel": install[name]}
+    theirs = config.profile(default).model_dump() | {"sgl_kernel": install[default]}
     out = []
     for key in mine:
         if key != "summary" and mine[key] != theirs[key]:
@@ -249,8 +282,9 @@ def resolve(
             f"flash-attn is compiled with CUDA {config.cuda.version}'s nvcc against torch's CUDA {torch_cuda} "
             "headers (no CUDA 12 compiler is on PyPI): torch's version guard is lifted for this build only"
         )
-    sgl_kernel, sk_notes, warnings = _sgl_kernel(config, track, prof)
-    stand_ins += sk_notes
+    sgl_kernel, sgl_kernel_notes, warnings = _sgl_kernel(config, track, profile_name)
+    stand_ins += sgl_kernel_notes
+    fixups = [FixupPin(f.requirement, f.reason) for f in track.fixups if f.torch_cuda == torch_cuda.split(".")[0]]
     flash_attn = _flash_attn(config, track, prof.flash_attn)
     patches, skipped = _patches(config, track, version)
 
@@ -303,6 +337,8 @@ def resolve(
         f"{ns}.sgl-kernel.version": sgl_kernel["version"],
         f"{ns}.sgl-kernel.cuda": sgl_kernel["cuda"],
         f"{ns}.sgl-kernel.archs": ",".join(sgl_kernel["archs"]),
+        f"{ns}.sgl-kernel.install": sgl_kernel["source"],
+        f"{ns}.fixups": " ".join(f.requirement for f in fixups) or "none",
         f"{ns}.patches": ",".join(f"{p.name}@sha256:{p.sha256}" for p in patches),
         f"{ns}.stand-ins": " | ".join(stand_ins) if stand_ins else "none",
         f"{ns}.user": config.image.user,
@@ -333,13 +369,16 @@ def resolve(
         "SGL_KERNEL_PACKAGE": sgl_kernel["package"],
         "SGL_KERNEL_VERSION": sgl_kernel["version"],
         "SGL_KERNEL_SOURCE": sgl_kernel["source"],
+        "SGL_KERNEL_WHEEL_URL": sgl_kernel["wheel_url"],
+        "SGL_KERNEL_WHEEL_SHA256": sgl_kernel["wheel_sha256"],
+        "FIXUP_PINS": " ".join(f.requirement for f in fixups),
         "IMAGE_USER": config.image.user,
         "IMAGE_UID": str(config.image.uid),
         "CACHE_DIR": config.image.cache_dir,
         "PORT": str(config.image.port),
-        "MAX_JOBS": str(par.max_jobs),
-        "NVCC_THREADS": str(par.nvcc_threads),
     }
+    compiling = ["flash-attn"] + (["sgl-kernel"] if sgl_kernel["source"] == "source" else [])
+    build_jobs = _build_jobs(par.max_jobs, par.nvcc_threads, compiling)
 
     entrypoint = _entrypoint(config, track, version, cuda_archs)
 
@@ -361,20 +400,29 @@ def resolve(
         bases=prof.bases,
         patches=patches,
         patches_skipped=skipped,
+        fixups=fixups,
         max_jobs=par.max_jobs,
         nvcc_threads=par.nvcc_threads,
         parallelism_reason=par.reason,
+        build_jobs=build_jobs,
         tags=tags,
         labels=labels,
         build_args=build_args,
         stand_ins=stand_ins,
-        differences=_differences(config, profile_name),
+        differences=_differences(config, profile_name, track),
         image=config.image.model_dump(),
         entrypoint=entrypoint,
         tracks=sorted(config.tracks, key=Version),
         profiles=sorted(config.profiles),
         warnings=warnings,
     )
+
+
+_INSTALL_WORDS = {
+    "source": "compiled from source",
+    "pypi": "PyPI wheel",
+    "wheel": "upstream's prebuilt wheel, pinned by sha256",
+}
 
 
 def render(plan: Plan) -> str:
@@ -392,12 +440,14 @@ def render(plan: Plan) -> str:
         f"head dims {', '.join(map(str, fa['head_dims']))}; {', '.join(fa['dtypes'])}; "
         f"backward {'on' if fa['backward'] else 'off'}; C++{fa['cxx_std']}",
         f"sgl-kernel       {sk['package']} {sk['version']} "
-        f"({'compiled from source' if sk['source'] == 'source' else 'PyPI wheel'}, "
-        f"CUDA {sk['cuda']}, {', '.join(sk['archs'])})",
+        f"({_INSTALL_WORDS[sk['source']]}, CUDA {sk['cuda']}, {', '.join(sk['archs'])})"
+        + (f"\n                 {sk['wheel_url']}  sha256:{sk['wheel_sha256'][:16]}" if sk["wheel_url"] else ""),
         f"base image       {plan.base_image} ({plan.bases})",
         f"runtime base     {plan.runtime_base_image}",
         f"max_jobs         {plan.max_jobs}  nvcc_threads {plan.nvcc_threads}",
         f"                 {plan.parallelism_reason}",
+        "                 split (build_jobs secret): " + ", ".join(f"{k}={v}" for k, v in plan.build_jobs.items()),
+        "fix-ups          " + (", ".join(f.requirement for f in plan.fixups) or "none"),
         "patches",
     ]
     for p in plan.patches:

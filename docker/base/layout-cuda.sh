@@ -2,24 +2,32 @@
 # layout-cuda VENV DEST runtime|devel
 # Lays NVIDIA's CUDA wheels, installed in the virtual environment VENV (they unpack into one prefix,
 # site-packages/nvidia/cu<major>), out under DEST as NVIDIA's images lay out /usr/local/cuda-<version>:
-#   runtime: lib64/ with the shared libraries only
-#   devel:   bin/, include/, lib64/ (+ unversioned .so links, static libraries), nvvm/{bin,libdevice,lib64},
+#   runtime: targets/x86_64-linux/lib/ with the shared libraries only, and lib64 -> targets/x86_64-linux/lib
+#   devel:   bin/, nvvm/{bin,libdevice,lib64}, targets/x86_64-linux/{include,lib}/ (+ unversioned .so links,
+#            static libraries), include -> targets/x86_64-linux/include, lib64 -> targets/x86_64-linux/lib,
 #            and lib64/stubs/libcuda.so, a link-time stand-in for the driver library (NVIDIA's devel images
 #            ship one; FlashInfer's JIT links -lcuda from there). The real libcuda.so.1 comes from the driver.
+# The links are those NVIDIA's cuda-*-13-0 packages install (docker/base/release-facts.toml): the build must
+# work with `include` and `lib64` being links, as it must on the release bases.
 set -eu
 venv=$1 dest=$2 flavour=$3
 set -- "$venv"/lib/python3*/site-packages/nvidia/cu[0-9]*
 [ -d "$1" ] || { echo "layout-cuda: no nvidia/cu* prefix in $venv" >&2; exit 1; }
 src=$1
-mkdir -p "$dest/lib64"
+target=targets/x86_64-linux
+mkdir -p "$dest/$target/lib"
+ln -sfn "$target/lib" "$dest/lib64"
 if [ "$flavour" = runtime ]; then
     cp -a "$src"/lib/*.so* "$dest/lib64/"
     exit 0
 fi
 cp -a "$src"/lib/. "$dest/lib64/"
+mkdir -p "$dest/$target/include"
+cp -a "$src"/include/. "$dest/$target/include/"
+ln -sfn "$target/include" "$dest/include"
 for d in "$src"/*; do
     name=$(basename "$d")
-    [ "$name" = lib ] && continue
+    case "$name" in lib|include) continue ;; esac
     cp -a "$d" "$dest/"
 done
 rm -rf "$dest/lib64/cmake" "$dest/lib64/__pycache__" "$dest"/__pycache__ "$dest"/__init__.py

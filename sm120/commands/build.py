@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import shutil
+import tempfile
 from pathlib import Path
 
 from .. import bases, buildx
@@ -66,9 +67,21 @@ def tags_for(plan: planmod.Plan, registry: str | None, extra: list[str]) -> list
     return [prefix + t for t in plan.tags] + list(extra)
 
 
+def build_jobs_file(plan: planmod.Plan, directory: Path) -> Path:
+    """The plan's job split as shell assignments, for the BuildKit secret `build_jobs` (docker/stages/common.sh)."""
+    path = directory / "build_jobs"
+    path.write_text("".join(f"{key}={int(value)}\n" for key, value in plan.build_jobs.items()))
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     config = cfg.load(args.config)
     plan = planmod.resolve(config, profile=args.profile, sglang=args.sglang, max_jobs=args.max_jobs)
+    with tempfile.TemporaryDirectory(prefix="sm120-build-") as scratch:
+        return _run(args, config, plan, build_jobs_file(plan, Path(scratch)))
+
+
+def _run(args: argparse.Namespace, config: cfg.Config, plan: planmod.Plan, jobs: Path) -> int:
     request = buildx.BuildRequest(
         context=config.root,
         dockerfile=config.root / "Dockerfile",
@@ -83,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         provenance=args.provenance,
         metadata_file=args.metadata_file,
         progress=args.progress,
+        extra_secrets={"build_jobs": jobs},
     )
     if args.print_only:
         print(shlex.join(buildx.command(request)))
@@ -95,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}")
     print(
         f"building {', '.join(request.tags)} ({plan.profile}, SGLang {plan.sglang_version}, "
-        f"max_jobs {plan.max_jobs}, nvcc_threads {plan.nvcc_threads})",
+        f"max_jobs {plan.max_jobs} split as {', '.join(f'{k}={v}' for k, v in plan.build_jobs.items())})",
         flush=True,
     )
     buildx.run(request)

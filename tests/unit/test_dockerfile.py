@@ -1,48 +1,84 @@
-"""The Dockerfile's ARG defaults mirror the default plan (SGLang track and profile from build.toml)."""
+"""The Dockerfile's ARGs: each default declared once above the first FROM, equal to the default plan; stages
+re-declare what they use without a value; nothing that depends on the builder's size reaches a layer's cache key."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
+
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120 import resources as res
 
 ROOT = Path(__file__).resolve().parents[2]
-MACHINE = res.Resources(cpus=2, memory_bytes=24 * 1024**3, source="test")
-# Derived from the machine that builds, so they have no fixed default (MAX_JOBS) or follow the arch count.
-MACHINE_DEPENDENT = {"MAX_JOBS"}
+TEXT = (ROOT / "Dockerfile").read_text()
+CONFIG = cfg.load(ROOT / "build.toml")
+SMALL = res.Resources(cpus=2, memory_bytes=8 * 1024**3, source="test")
+LARGE = res.Resources(cpus=64, memory_bytes=256 * 1024**3, source="test")
 
 
-def arg_defaults(text: str) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for name, value in re.findall(r"^ARG (\w+)(?:=(.*))?$", text, flags=re.MULTILINE):
-        out.setdefault(name, set()).add(value)
-    return out
+def _unquote(value: str) -> str:
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
 
 
-def test_every_build_arg_is_declared_with_the_plans_default():
-    plan = planmod.resolve(cfg.load(ROOT / "build.toml"), machine=MACHINE)
-    declared = arg_defaults((ROOT / "Dockerfile").read_text())
-    for name, value in plan.build_args.items():
-        assert name in declared, f"Dockerfile does not declare ARG {name}"
-        if name in MACHINE_DEPENDENT:
-            continue
-        assert declared[name] == {value}, f"ARG {name} defaults to {declared[name]}, the plan says {value!r}"
+def top_defaults() -> dict[str, str]:
+    head = TEXT[: TEXT.index("\nFROM ")]
+    return {name: _unquote(value) for name, value in re.findall(r"^ARG (\w+)=(.*)$", head, flags=re.MULTILINE)}
 
 
-def test_no_arg_that_the_plan_does_not_pass():
-    plan = planmod.resolve(cfg.load(ROOT / "build.toml"), machine=MACHINE)
-    declared = set(arg_defaults((ROOT / "Dockerfile").read_text()))
-    assert declared <= set(plan.build_args)
+def stages() -> dict[str, str]:
+    """Stage name -> its text (from its FROM line to the next)."""
+    parts = re.split(r"^(?=FROM )", TEXT[TEXT.index("\nFROM ") + 1 :], flags=re.MULTILINE)
+    return {re.search(r" AS ([\w-]+)", p.splitlines()[0]).group(1): p for p in parts if p.startswith("FROM ")}
+
+
+def test_every_default_is_declared_once_above_the_first_from():
+    every = re.findall(r"^ARG (\w+)=", TEXT, flags=re.MULTILINE)
+    assert len(every) == len(set(every)), (
+        f"ARG defaults declared twice: {sorted(n for n in every if every.count(n) > 1)}"
+    )
+    assert set(every) == set(top_defaults()), "an ARG default is declared inside a stage"
+    for name, text in stages().items():
+        for arg in re.findall(r"^ARG (\w+)$", text, flags=re.MULTILINE):
+            assert arg in top_defaults(), f"stage {name} re-declares ARG {arg}, which has no default at the top"
+
+
+def test_defaults_equal_the_default_plan():
+    plan = planmod.resolve(CONFIG, machine=SMALL)
+    assert top_defaults() == plan.build_args
 
 
 def test_no_syntax_line_and_stage_comments():
-    text = (ROOT / "Dockerfile").read_text()
-    assert not re.search(r"^#\s*syntax=", text, flags=re.MULTILINE)
-    lines = text.splitlines()
+    assert not re.search(r"^#\s*syntax=", TEXT, flags=re.MULTILINE)
+    lines = TEXT.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("FROM "):
             before = "\n".join(lines[max(0, i - 3) : i])
             assert "# ----" in before, f"stage at line {i + 1} has no comment saying why it exists"
+
+
+@pytest.mark.parametrize("profile", sorted(CONFIG.profiles))
+@pytest.mark.parametrize("track", sorted(CONFIG.tracks))
+def test_builders_of_any_size_share_the_compiled_layers(profile: str, track: str):
+    """Two plans for different machines give the same build args: the flash-attn and sgl-kernel layers' cache
+    keys (their ARGs, their RUN text) cannot differ; the parallelism reaches them only as a secret."""
+    small = planmod.resolve(CONFIG, profile=profile, sglang=track, machine=SMALL)
+    large = planmod.resolve(CONFIG, profile=profile, sglang=track, machine=LARGE)
+    assert small.build_jobs != large.build_jobs, "the two machines should get different parallelism"
+    assert small.build_args == large.build_args
+    for stage in ("flash-attn", "sgl-kernel"):
+        text = stages()[stage]
+        assert "id=build_jobs" in text, f"stage {stage} does not read the build_jobs secret"
+        used = set(re.findall(r"^ARG (\w+)$", text, flags=re.MULTILINE))
+        assert used <= set(small.build_args)
+        assert not used & {"MAX_JOBS", "NVCC_THREADS", *small.build_jobs}
+
+
+def test_one_job_budget_split_between_stages_that_compile_together():
+    jobs = planmod._build_jobs(16, 1, ["flash-attn", "sgl-kernel"])
+    assert int(jobs["FLASH_ATTN_MAX_JOBS"]) + int(jobs["SGL_KERNEL_MAX_JOBS"]) == 16
+    alone = planmod._build_jobs(16, 1, ["flash-attn"])
+    assert alone["FLASH_ATTN_MAX_JOBS"] == "16"
+    assert planmod._build_jobs(1, 1, ["flash-attn", "sgl-kernel"])["SGL_KERNEL_MAX_JOBS"] == "1"

@@ -56,7 +56,8 @@ def test_release_is_cuda13_end_to_end(config):
         plan = planmod.resolve(config, profile="release", sglang=sglang, machine=MACHINE)
         assert plan.torch_cuda == "13.0"
         assert plan.stand_ins == []
-        assert plan.sgl_kernel["source"] == "source" and plan.sgl_kernel["archs"] == ["sm_120a"]
+        assert plan.sgl_kernel["source"] in ("wheel", "pypi") and "sm_120a" in plan.sgl_kernel["archs"]
+        assert plan.sgl_kernel["cuda"] == "13.0"
         assert plan.flash_attn["head_dims"] == [32, 64, 96, 128, 192, 256]
 
 
@@ -143,3 +144,36 @@ def test_malformed_config_file_exits_2(tmp_path):
     bad.write_text("[project]\nname = ")
     out = run_build_py("plan", "--config", str(bad))
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "not valid TOML" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("profile", "track", "install", "pins"),
+    [
+        (
+            "release",
+            "0.5.9",
+            "wheel",
+            ["nvidia-cudnn-cu13==9.16.0.29", "nvidia-nccl-cu13==2.28.3", "cuda-python==13.1.1"],
+        ),
+        ("offline", "0.5.9", "pypi", ["nvidia-cudnn-cu12==9.16.0.29", "nvidia-nccl-cu12==2.28.3"]),
+        ("release", "0.5.23", "pypi", []),
+        ("offline", "0.5.23", "pypi", []),
+    ],
+)
+def test_sgl_kernel_and_fixups_per_track(config, profile, track, install, pins):
+    plan = planmod.resolve(config, profile=profile, sglang=track, machine=MACHINE)
+    assert plan.sgl_kernel["source"] == install
+    assert plan.build_args["SGL_KERNEL_SOURCE"] == install
+    assert [f.requirement for f in plan.fixups] == pins
+    assert plan.build_args["FIXUP_PINS"] == " ".join(pins)
+    if install == "wheel":
+        assert plan.build_args["SGL_KERNEL_WHEEL_URL"].endswith("+cu130-cp310-abi3-manylinux2014_x86_64.whl")
+        assert len(plan.build_args["SGL_KERNEL_WHEEL_SHA256"]) == 64
+    else:
+        assert plan.build_args["SGL_KERNEL_WHEEL_URL"] == ""
+
+
+def test_plan_json_shows_the_sgl_kernel_source_and_pins(config):
+    data = planmod.resolve(config, profile="release", sglang="0.5.9", machine=MACHINE).to_dict()
+    assert data["sgl_kernel"]["source"] == "wheel"
+    assert any("cudnn" in f["requirement"] and "9.15" in f["reason"] for f in data["fixups"])
