@@ -53,6 +53,8 @@ def _fill(value: Any, names: dict[str, str]) -> Any:
         return value.format(**names)
     if isinstance(value, list):
         return [_fill(v, names) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, names) for k, v in value.items()}
     return value
 
 
