@@ -27,16 +27,17 @@ wheelhouse_wheel() {
 # load_build_jobs: the compile parallelism of the kernel stages. `build.py build` passes it as the BuildKit
 # secret `build_jobs` (shell assignments SGL_KERNEL_MAX_JOBS=N, FLASH_ATTN_MAX_JOBS=N, NVCC_THREADS=N): a
 # secret is not part of any layer's cache key, so a builder of another size still hits the registry cache of
-# the compiled layers, which an ARG or ENV would not. Without the secret: one job per CPU, one nvcc thread.
-# BUILD_JOBS_FILE names another file (the tests use it).
+# the compiled layers, which an ARG or ENV would not. Without the secret: MAX_JOBS from the environment if set
+# (a Dockerfile that still passes it), else one job per CPU; one nvcc thread. BUILD_JOBS_FILE names another
+# file (the tests use it).
 load_build_jobs() {
     local file=${BUILD_JOBS_FILE:-/run/secrets/build_jobs} name
     if [ -f "$file" ]; then
         # shellcheck source=/dev/null
         . "$file"
     fi
-    SGL_KERNEL_MAX_JOBS=${SGL_KERNEL_MAX_JOBS:-$(nproc)}
-    FLASH_ATTN_MAX_JOBS=${FLASH_ATTN_MAX_JOBS:-$(nproc)}
+    SGL_KERNEL_MAX_JOBS=${SGL_KERNEL_MAX_JOBS:-${MAX_JOBS:-$(nproc)}}
+    FLASH_ATTN_MAX_JOBS=${FLASH_ATTN_MAX_JOBS:-${MAX_JOBS:-$(nproc)}}
     NVCC_THREADS=${NVCC_THREADS:-1}
     for name in SGL_KERNEL_MAX_JOBS FLASH_ATTN_MAX_JOBS NVCC_THREADS; do
         if ! [[ ${!name} =~ ^[1-9][0-9]*$ ]]; then

@@ -232,12 +232,12 @@ def test_pip_takes_the_local_version_wheel_for_sglangs_exact_pin(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def load_build_jobs(tmp_path: Path, secret: str | None) -> subprocess.CompletedProcess[str]:
+def load_build_jobs(tmp_path: Path, secret: str | None, **env_extra: str) -> subprocess.CompletedProcess[str]:
     file = tmp_path / "build_jobs"
     if secret is not None:
         file.write_text(secret)
     script = f'. "{COMMON}"; load_build_jobs; echo "$SGL_KERNEL_MAX_JOBS $FLASH_ATTN_MAX_JOBS $NVCC_THREADS"'
-    env = {"PATH": os.environ["PATH"], "BUILD_JOBS_FILE": str(file)}
+    env = {"PATH": os.environ["PATH"], "BUILD_JOBS_FILE": str(file), **env_extra}
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30, check=False)
 
 
@@ -252,6 +252,11 @@ def test_load_build_jobs_defaults_without_the_secret(tmp_path):
     assert proc.returncode == 0, proc.stderr
     nproc = subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout.strip()
     assert proc.stdout.split() == [nproc, nproc, "1"]
+
+
+def test_the_secret_wins_over_a_max_jobs_build_arg(tmp_path):
+    assert load_build_jobs(tmp_path, None, MAX_JOBS="5").stdout.split() == ["5", "5", "1"]
+    assert load_build_jobs(tmp_path, "SGL_KERNEL_MAX_JOBS=3\n", MAX_JOBS="5").stdout.split() == ["3", "5", "1"]
 
 
 def test_load_build_jobs_refuses_a_value_that_is_not_a_count(tmp_path):
