@@ -66,8 +66,9 @@ print(posixpath.basename(urllib.parse.unquote(urllib.parse.urlsplit(sys.argv[1])
 # in the stored snapshots of that repository, not from a checkout of the tag: every edit checks that its anchor
 # is there and stops the build with a message when it is not, so a release that moved the text fails here,
 # loudly, instead of compiling something else.
-#  - cmake>=3.31,<4 and scikit-build-core==0.11.6: what upstream built 0.3.21 with. CMake 4 refuses the
-#    `cmake_minimum_required(VERSION 3.2)` of a FetchContent dependency (dlpack, through mscclpp);
+#  - cmake>=3.31,<4 and scikit-build-core==0.11.6: what upstream built 0.3.21 with (the released 0.3.21 wheel's
+#    WHEEL file says `Generator: scikit-build-core 0.11.6`; CMake 3.31 per ../shared/FINDINGS.md). CMake 4
+#    refuses the `cmake_minimum_required(VERSION 3.2)` of a FetchContent dependency (dlpack, through mscclpp);
 #    CMAKE_POLICY_VERSION_MINIMUM=3.5 is set as well, for a CMake 4 that someone pins later (3.31 ignores it).
 #  - libnuma-dev: mscclpp's configure looks for numa.h (the runtime stage installs libnuma1).
 #  - common_ops: CMakeLists builds the same SOURCES twice, `common_ops_sm90_build` (-use_fast_math, installed
@@ -82,8 +83,12 @@ print(posixpath.basename(urllib.parse.unquote(urllib.parse.urlsplit(sys.argv[1])
 #  - FlashMLA (cmake/flashmla.cmake, sm_90a/sm_100a kernels only) is not included.
 #  - A fixed work directory, so ccache (CMakeLists turns it on when CCACHE_DIR is set; the Dockerfile sets it
 #    and mounts /root/.ccache) sees the same paths every build.
-# Not proven here (no GitHub from this workplace): that the tag configures and compiles with these edits, that
-# the wheel imports on sm_120, how long it takes. `build.py verify`'s SASS check judges what a built wheel carries.
+# Proven here: the edits on a CMakeLists with the same anchors (tests/unit/test_sgl_kernel_stage.py), and under
+# CMake 3.31 + Ninja on a stand-in project, `all` then builds and installs only the sm100 common_ops and never
+# reads flashmla.cmake. The Python side was read in the released 0.3.21 wheel: load_utils.py (sm90 only on 9.0),
+# flash_mla.py (its flashmla_ops import is guarded: no FlashMLA is safe), flash_attn.py (raises without flash_ops).
+# Not proven (no GitHub from this workplace): that the tag configures and compiles with these edits, that the
+# wheel imports on sm_120, how long it takes. `build.py verify`'s SASS check judges what a built wheel carries.
 fail_edit() {
     log "sgl-kernel at v$SGLANG_VERSION: $1 (docker/stages/sgl-kernel.sh's source edits need updating for this release)"
     exit 1
