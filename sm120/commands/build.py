@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     for warning in plan.warnings:
         print(f"warning: {warning}")
     print(
-        f"building {', '.join(request.tags)} ({plan.profile}, SGLang {plan.sglang_version}, "
+        f"building {', '.join(request.tags)}{' (to push by digest, untagged)' if args.push_by_digest else ''} "
+        f"({plan.profile}, SGLang {plan.sglang_version}, "
         f"max_jobs {plan.max_jobs}, nvcc_threads {plan.nvcc_threads})",
         flush=True,
     )
