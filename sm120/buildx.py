@@ -7,6 +7,7 @@ reached through the buildx CLI plugin.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -41,6 +42,9 @@ class BuildRequest:
     cache_from: Sequence[str] = ()
     cache_to: Sequence[str] = ()
     push: bool = False
+    # Push the image under its digest only (no tag moves): `tags` name the repositories; a verified digest is
+    # tagged afterwards (docker buildx imagetools create), so a broken build never replaces a good tag.
+    push_by_digest: bool = False
     load: bool = True
     sbom: bool = False
     provenance: bool = False
@@ -76,8 +80,9 @@ def command(req: BuildRequest) -> list[str]:
     cmd += ["--progress", req.progress, "--file", str(req.dockerfile)]
     if req.target:
         cmd += ["--target", req.target]
-    for tag in req.tags:
-        cmd += ["--tag", tag]
+    if not req.push_by_digest:
+        for tag in req.tags:
+            cmd += ["--tag", tag]
     for key, value in req.build_args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     for key, value in req.labels.items():
@@ -97,12 +102,34 @@ def command(req: BuildRequest) -> list[str]:
         cmd += ["--provenance=mode=max"]
     if req.metadata_file is not None:
         cmd += ["--metadata-file", str(req.metadata_file)]
-    if req.push:
+    if req.push_by_digest:
+        names = ",".join(sorted({repository(tag) for tag in req.tags}))
+        cmd += ["--output", f'type=image,"name={names}",push-by-digest=true,name-canonical=true,push=true']
+    elif req.push:
         cmd += ["--push"]
     elif req.load:
         cmd += ["--load"]
     cmd.append(str(req.context))
     return cmd
+
+
+def repository(reference: str) -> str:
+    """`registry/name` of an image reference, without its tag or digest."""
+    name = reference.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+def pushed_digest(metadata_file: Path) -> str:
+    """The image digest buildx wrote to its metadata file (`containerimage.digest`)."""
+    try:
+        digest = json.loads(metadata_file.read_text(encoding="utf-8")).get("containerimage.digest", "")
+    except (OSError, ValueError) as exc:
+        raise CheckFailed(f"cannot read buildx's metadata file {metadata_file}: {exc}") from None
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", str(digest)):
+        raise CheckFailed(f"buildx's metadata file {metadata_file} has no image digest (containerimage.digest)")
+    return str(digest)
 
 
 def failure_summary(lines: Iterable[str]) -> str:

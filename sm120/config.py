@@ -196,6 +196,13 @@ class LocalBases(_Strict):
     devel_components: list[str] = Field(min_length=1)
 
 
+class BuilderNeeds(_Strict):
+    """What a machine needs to build one profile's image; `build.py preflight` checks the Docker Engine against it."""
+
+    min_disk_gib: float = Field(gt=0)  # free space where the engine keeps its data (docker info: DockerRootDir)
+    min_memory_gib: float = Field(gt=0)  # the engine's memory (docker info: MemTotal)
+
+
 class Mode(_Strict):
     summary: str
     args: list[str] = []
@@ -268,6 +275,7 @@ class Config(_Strict):
     modes: dict[str, Mode] = Field(min_length=1)
     patches: dict[str, Patch] = {}
     local_bases: LocalBases
+    builder: dict[str, BuilderNeeds] = {}  # by profile name
 
     # Set by `load`, not by the file.
     path: Path = Field(default=DEFAULT_CONFIG, exclude=True)

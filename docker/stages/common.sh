@@ -25,14 +25,26 @@ wheelhouse_wheel() {
     compgen -G "$WHEELHOUSE/${dist}-${2}[-+]*.whl" | head -n 1 || true
 }
 
-# load_build_jobs: FLASH_ATTN_MAX_JOBS, SGL_KERNEL_MAX_JOBS and NVCC_THREADS, the plan's split of one job budget
-# between the kernel stages that compile at the same time. They come as the BuildKit secret `build_jobs` (shell
-# assignments written by build.py), not as build args: a secret is not part of a layer's cache key, so a
-# builder of another size still finds the compiled layers in the registry cache.
+# load_build_jobs: the compile parallelism of the kernel stages. `build.py build` passes it as the BuildKit
+# secret `build_jobs` (shell assignments SGL_KERNEL_MAX_JOBS=N, FLASH_ATTN_MAX_JOBS=N, NVCC_THREADS=N): a
+# secret is not part of any layer's cache key, so a builder of another size still hits the registry cache of
+# the compiled layers, which an ARG or ENV would not. Without the secret: MAX_JOBS from the environment if set
+# (a Dockerfile that still passes it), else one job per CPU; one nvcc thread. BUILD_JOBS_FILE names another
+# file (the tests use it).
 load_build_jobs() {
-    if [ -f /run/secrets/build_jobs ]; then
+    local file=${BUILD_JOBS_FILE:-/run/secrets/build_jobs} name
+    if [ -f "$file" ]; then
         # shellcheck source=/dev/null
-        . /run/secrets/build_jobs
+        . "$file"
     fi
+    SGL_KERNEL_MAX_JOBS=${SGL_KERNEL_MAX_JOBS:-${MAX_JOBS:-$(nproc)}}
+    FLASH_ATTN_MAX_JOBS=${FLASH_ATTN_MAX_JOBS:-${MAX_JOBS:-$(nproc)}}
     NVCC_THREADS=${NVCC_THREADS:-1}
+    for name in SGL_KERNEL_MAX_JOBS FLASH_ATTN_MAX_JOBS NVCC_THREADS; do
+        if ! [[ ${!name} =~ ^[1-9][0-9]*$ ]]; then
+            log "$name=${!name} (from ${file}): must be a positive integer"
+            return 2
+        fi
+    done
+    export SGL_KERNEL_MAX_JOBS FLASH_ATTN_MAX_JOBS NVCC_THREADS
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import shutil
 import tempfile
@@ -24,7 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-jobs", type=positive_int, metavar="N", help="override the derived compile parallelism")
     p.add_argument("--tag", action="append", default=[], metavar="TAG", help="an extra tag (repeatable)")
     p.add_argument("--registry", metavar="PREFIX", help="prefix the plan's tags, e.g. ghcr.io/OWNER")
-    p.add_argument("--push", action="store_true", help="push instead of loading into the local engine")
+    pushing = p.add_mutually_exclusive_group()
+    pushing.add_argument("--push", action="store_true", help="push instead of loading into the local engine")
+    pushing.add_argument(
+        "--push-by-digest",
+        action="store_true",
+        help="push the image under its digest only, no tag (needs --registry); prints REPOSITORY@DIGEST",
+    )
     p.add_argument("--cache-from", action="append", default=[], metavar="SPEC", help="buildx --cache-from")
     p.add_argument("--cache-to", action="append", default=[], metavar="SPEC", help="buildx --cache-to")
     p.add_argument("--wheelhouse", type=Path, metavar="DIR", help="prebuilt wheels to reuse (skips compiles)")
@@ -75,6 +82,10 @@ def build_jobs_file(plan: planmod.Plan, directory: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.push_by_digest and not args.registry:
+        raise UsageError("--push-by-digest needs --registry (the repository to push to, e.g. ghcr.io/OWNER)")
+    if args.push_by_digest and args.tag:
+        raise UsageError("--push-by-digest pushes no tag: tag the verified digest with docker buildx imagetools create")
     config = cfg.load(args.config)
     plan = planmod.resolve(config, profile=args.profile, sglang=args.sglang, max_jobs=args.max_jobs)
     with tempfile.TemporaryDirectory(prefix="sm120-build-") as scratch:
@@ -92,6 +103,7 @@ def _run(args: argparse.Namespace, config: cfg.Config, plan: planmod.Plan, jobs:
         cache_from=args.cache_from,
         cache_to=args.cache_to,
         push=args.push,
+        push_by_digest=args.push_by_digest,
         sbom=args.sbom,
         provenance=args.provenance,
         metadata_file=args.metadata_file,
@@ -108,10 +120,19 @@ def _run(args: argparse.Namespace, config: cfg.Config, plan: planmod.Plan, jobs:
     for warning in plan.warnings:
         print(f"warning: {warning}")
     print(
-        f"building {', '.join(request.tags)} ({plan.profile}, SGLang {plan.sglang_version}, "
+        f"building {', '.join(request.tags)}{' (to push by digest, untagged)' if args.push_by_digest else ''} "
+        f"({plan.profile}, SGLang {plan.sglang_version}, "
         f"max_jobs {plan.max_jobs} split as {', '.join(f'{k}={v}' for k, v in plan.build_jobs.items())})",
         flush=True,
     )
-    buildx.run(request)
-    print(f"built {', '.join(request.tags)}")
+    if not args.push_by_digest:
+        buildx.run(request)
+        print(f"built {', '.join(request.tags)}")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        metadata = args.metadata_file or Path(tmp) / "metadata.json"
+        buildx.run(dataclasses.replace(request, metadata_file=metadata))
+        digest = buildx.pushed_digest(metadata)
+    for name in sorted({buildx.repository(tag) for tag in request.tags}):
+        print(f"pushed {name}@{digest} (no tag moved)")
     return 0

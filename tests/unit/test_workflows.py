@@ -310,6 +310,42 @@ def test_publish_fans_out_over_the_plan_and_verifies_before_latest():
     assert any("imagetools create" in run and ":latest" in run for run in _runs(latest))
 
 
+def _uses_index(job: dict[str, Any], action: str, needle: str = "") -> int:
+    """Index of the first step that uses `action` (and has `needle` in its `with:` values, when given)."""
+    for i, step in enumerate(job.get("steps", [])):
+        if step.get("uses", "").split("@")[0] == action and needle in " ".join(map(str, step.get("with", {}))):
+            return i
+    raise AssertionError(f"no step uses {action} {needle}".strip())
+
+
+def test_publish_tags_only_a_verified_attested_digest():
+    """Push by digest, verify it, attest it (signed), then move the tags: a broken build never takes a tag."""
+    jobs = _load("publish.yml")["jobs"]
+    build = jobs["build"]
+    runs = _runs(build)
+    preflight = build["steps"][_step_index(build, "build.py")]["run"]
+    assert "build.py preflight --profile release" in preflight, "the disk/memory preflight is the first build.py step"
+    script = " ".join(runs)
+    assert "--push-by-digest" in script and not re.search(r"--push(?![\w-])", script), "no tagged push"
+    assert "--tag" not in next(run for run in runs if "build.py build" in run)
+    build_at = _step_index(build, "build.py build")
+    verify_at = _step_index(build, "build.py verify")
+    provenance_at = _uses_index(build, "actions/attest", "push-to-registry")
+    sbom_at = _uses_index(build, "actions/attest", "sbom-path")
+    tags_at = _step_index(build, "imagetools create")
+    assert build_at < verify_at < provenance_at < tags_at
+    assert verify_at < sbom_at < tags_at
+    assert _step_index(build, "image/ref") >= tags_at, "the verified reference is handed on only once tagged"
+    for step in (build["steps"][provenance_at], build["steps"][sbom_at]):
+        assert step["with"]["subject-digest"] == "${{ steps.push.outputs.digest }}"
+    # Signing needs the OIDC token and the attestation store: the build job, and no other job, asks for them.
+    for job_id, job in jobs.items():
+        perms = job.get("permissions") or {}
+        signs = any(step.get("uses", "").startswith("actions/attest@") for step in job.get("steps", []))
+        assert (perms.get("id-token") == "write") == signs, job_id
+        assert (perms.get("attestations") == "write") == signs, job_id
+
+
 def test_gpu_benchmark_runs_bench_on_an_sm120_runner():
     workflow = _load("gpu-benchmark.yml")
     triggers = _triggers(workflow)

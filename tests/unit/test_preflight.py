@@ -1,0 +1,124 @@
+"""`build.py preflight`: the builder check against build.toml's [builder], with stand-ins for the engine's facts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sm120 import cli
+from sm120 import config as cfg
+from sm120.commands import preflight
+from sm120.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[2]
+GIB = 1024**3
+
+
+class FakeClient:
+    """Stands in for docker.DockerClient: `info()` as the Engine API answers it, nothing else."""
+
+    def __init__(self, root_dir: Path, memory_gib: float, cpus: int = 16) -> None:
+        self._info = {"DockerRootDir": str(root_dir), "MemTotal": int(memory_gib * GIB), "NCPU": cpus}
+        self.closed = False
+
+    def info(self) -> dict[str, object]:
+        return self._info
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def engine_with(monkeypatch):
+    """Make the engine report `memory_gib` and `free_gib` free under its root (a real directory here)."""
+
+    def configure(tmp_path: Path, *, memory_gib: float, free_gib: float | None) -> FakeClient:
+        client = FakeClient(tmp_path, memory_gib)
+        monkeypatch.setattr(preflight.engine, "connect", lambda: client)
+        monkeypatch.setattr(preflight, "free_bytes", lambda path: None if free_gib is None else int(free_gib * GIB))
+        return client
+
+    return configure
+
+
+def needs(profile: str = "release") -> cfg.BuilderNeeds:
+    return cfg.load(ROOT / "build.toml").builder[profile]
+
+
+def test_every_profile_has_builder_needs_and_every_entry_is_a_profile():
+    config = cfg.load(ROOT / "build.toml")
+    assert set(config.builder) == set(config.profiles)
+
+
+def test_a_runner_with_too_little_disk_fails_in_one_line_naming_found_and_needed(tmp_path, engine_with, capsys):
+    client = engine_with(tmp_path, memory_gib=64, free_gib=14.2)
+    assert cli.main(["preflight", "--profile", "release"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [
+        f"build.py preflight: failed: found 14.2 GiB free on {tmp_path}, "
+        f"the release build needs {needs().min_disk_gib:g} GiB"
+    ]
+    assert client.closed
+
+
+def test_too_little_memory_and_disk_are_both_named(tmp_path, engine_with, capsys):
+    engine_with(tmp_path, memory_gib=7.0, free_gib=1.0)
+    assert cli.main(["preflight", "--profile", "release"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "found 1.0 GiB free" in err and "found 7.0 GiB of memory" in err
+    assert f"needs {needs().min_memory_gib:g} GiB" in err
+
+
+def test_a_builder_that_fits_passes_and_says_what_it_found(tmp_path, engine_with, capsys):
+    engine_with(tmp_path, memory_gib=128, free_gib=500)
+    assert cli.main(["preflight", "--profile", "release"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("preflight: the release build fits: 500.0 GiB free") and "128.0 GiB of memory" in out
+
+
+def test_the_profiles_own_needs_are_used(tmp_path, engine_with):
+    offline, release = needs("offline"), needs("release")
+    assert offline.min_disk_gib < release.min_disk_gib
+    between = (offline.min_disk_gib + release.min_disk_gib) / 2
+    engine_with(tmp_path, memory_gib=release.min_memory_gib, free_gib=between)
+    assert cli.main(["preflight", "--profile", "offline"]) == 0
+    assert cli.main(["preflight", "--profile", "release"]) == 1
+
+
+def test_a_remote_engine_is_warned_about_not_failed(tmp_path, engine_with, capsys):
+    engine_with(tmp_path, memory_gib=64, free_gib=None)
+    assert cli.main(["preflight", "--profile", "release"]) == 0
+    out = capsys.readouterr().out
+    assert "warning:" in out and "free disk not checked" in out
+
+
+def test_free_bytes_measures_a_real_directory_and_none_for_a_missing_one(tmp_path):
+    free = preflight.free_bytes(str(tmp_path))
+    assert free is not None and free > 0
+    assert preflight.free_bytes(str(tmp_path / "not-here")) is None
+
+
+def test_engine_facts_reads_docker_info():
+    facts = preflight.engine_facts({"DockerRootDir": "/var/lib/docker", "MemTotal": 8 * GIB, "NCPU": 4, "x": 1})
+    assert facts == preflight.Engine("/var/lib/docker", 8 * GIB, 4)
+
+
+def test_a_profile_without_builder_needs_is_a_usage_error(tmp_path, capsys):
+    text = (ROOT / "build.toml").read_text()
+    start = text.index("[builder.offline]")
+    end = text.index("\n[", start + 1)
+    (tmp_path / "build.toml").write_text(text[:start] + text[end + 1 :])
+    (tmp_path / "patches").symlink_to(ROOT / "patches")
+    assert cli.main(["preflight", "--config", str(tmp_path / "build.toml"), "--profile", "offline"]) == 2
+    err = capsys.readouterr().err
+    assert "has no [builder.offline]" in err and len(err.strip().splitlines()) == 1
+
+
+def test_builder_needs_must_be_positive(tmp_path):
+    text = (ROOT / "build.toml").read_text().replace("min_memory_gib = 16", "min_memory_gib = 0", 1)
+    (tmp_path / "build.toml").write_text(text)
+    (tmp_path / "patches").symlink_to(ROOT / "patches")
+    with pytest.raises(UsageError, match="min_memory_gib"):
+        cfg.load(tmp_path / "build.toml")
