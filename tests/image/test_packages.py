@@ -8,9 +8,9 @@ import re
 import pytest
 from packaging.version import Version
 
-from sm120 import upstream_env
 from sm120.verify import docker_env
 from tests.image.conftest import IMAGE, REPORT
+from tests.upstream import env as upstream_env
 from tests.upstream.test_patches_upstream import INKLING_OFF, KIMI_SNIPPET, SYMM_SNIPPET, assert_kimi_delegates
 
 # Import name -> distribution name whose metadata must agree (sgl_kernel's comes from the label).
@@ -112,7 +112,7 @@ def test_sgl_kernel_imports(probe, expect):
 
 # ---------------------------------------------------------------------------------------------------
 # The SGLang patches, by behaviour: the T1 snippets (tests/upstream/test_patches_upstream.py) run in the image's
-# own interpreter on its installed SGLang, with the same test-only stand-in for sgl_kernel (sm120/upstream_stubs.py;
+# own interpreter on its installed SGLang, with the same test-only stand-in for sgl_kernel (tests/upstream/stubs.py;
 # the kernels cannot load without a GPU driver, and the patched code never calls one).
 # ---------------------------------------------------------------------------------------------------
 

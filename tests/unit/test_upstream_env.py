@@ -9,8 +9,9 @@ from unittest import mock
 import pytest
 from packaging.markers import default_environment
 
-from sm120 import upstream_env, upstream_stubs
 from sm120.errors import UsageError
+from tests.upstream import env as upstream_env
+from tests.upstream import stubs as upstream_stubs
 
 ENV = {**default_environment(), "python_version": "3.11", "sys_platform": "linux", "platform_machine": "x86_64"}
 

@@ -5,7 +5,7 @@
         out = run_snippet(sglang_python, "import sglang; emit(sglang.__version__)")
 
 The track list comes from build.toml (`sorted(sm120.config.load().tracks, key=Version)`); `run_snippet`
-is `sm120.upstream_env.run_snippet` (also offered as a fixture).
+is `tests.upstream.env.run_snippet` (also offered as a fixture).
 Every test collected under tests/upstream is marked `upstream` (T1) automatically.
 The first run builds each venv (minutes, a few GiB each, under ~/.cache/sglang-sm120/upstream); later
 runs reuse them.
@@ -20,8 +20,8 @@ import pytest
 from packaging.version import Version
 
 from sm120 import config as cfg
-from sm120 import upstream_env
 from tests.helpers import run_build_py
+from tests.upstream import env as upstream_env
 
 TRACKS: list[str] = sorted(cfg.load().tracks, key=Version)
 

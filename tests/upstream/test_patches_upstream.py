@@ -16,8 +16,9 @@ import pytest
 from packaging.version import Version
 
 from sm120 import config as cfg
-from sm120 import patching, pypi, upstream_env
+from sm120 import patching, pypi
 from tests.helpers import run_build_py
+from tests.upstream import env as upstream_env
 
 CONFIG = cfg.load()
 TRACKS = sorted(CONFIG.tracks, key=Version)

@@ -41,8 +41,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import config as cfg
-from .errors import CheckFailed, UsageError
+from sm120 import config as cfg
+from sm120.errors import CheckFailed, UsageError
 
 # Bump when the way a venv is built changes: every cached venv is then rebuilt once.
 SCHEMA = 1
@@ -78,7 +78,7 @@ DEPENDENCIES: tuple[str, ...] = (
     "transformers",
 )
 
-STUBS_FILE = Path(__file__).with_name("upstream_stubs.py")
+STUBS_FILE = Path(__file__).with_name("stubs.py")
 
 
 class UpstreamEnvError(CheckFailed):
@@ -353,7 +353,7 @@ def run_snippet(
     """Run `code` in `python` (isolated mode, a scratch cwd) and return what it passed to `emit(obj)`.
 
     `pythonpath` entries go first on sys.path (e.g. a patched source tree that must shadow the venv's
-    sglang). With `stubs`, the sgl_kernel stand-in (sm120/upstream_stubs.py) is installed first and
+    sglang). With `stubs`, the sgl_kernel stand-in (tests/upstream/stubs.py) is installed first and
     available to the code as `sm120_upstream_stubs`. Raises SnippetError with the tail of stderr when the
     code fails; returns None when it never called emit.
     """

@@ -7,14 +7,14 @@ hands out mock modules is enough to import it. NEVER use this outside tests: any
 returns a `MagicMock`, not a result.
 
 This file is standard-library only and is loaded by path into the upstream venv's interpreter (it is not
-imported as part of the `sm120` package there):
+imported as part of the `tests` package there):
 
     import importlib.util
     spec = importlib.util.spec_from_file_location("sm120_upstream_stubs", PATH)
     mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
     mod.install()                       # before the first `import sglang...`
 
-`sm120.upstream_env.run_snippet` does this for you.
+`tests.upstream.env.run_snippet` does this for you.
 """
 
 from __future__ import annotations
