@@ -23,7 +23,7 @@ import docker.errors
 
 import docker
 
-from . import base_facts, buildx, engine
+from . import base_facts, buildx, docker_client
 from .config import Config, Profile
 from .errors import CheckFailed, UsageError
 
@@ -132,7 +132,7 @@ def _debootstrap(client: docker.DockerClient, s: BaseSpec, log: callable) -> Non
 def make(config: Config, profile: Profile, *, force: bool = False, log: callable = print) -> bool:
     """Make the bases if their inputs changed; return True when something was built."""
     s = spec(config, profile)
-    client = engine.connect()
+    client = docker_client.connect()
     digest = s.digest
     if not force and all(_has(client, name, s.label, digest) for name in (s.runtime_image, s.devel_image)):
         log(f"bases up to date ({s.runtime_image}, {s.devel_image}; inputs {digest[:12]}): nothing to do")

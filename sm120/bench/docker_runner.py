@@ -22,8 +22,8 @@ from typing import Any
 import requests
 from tqdm import tqdm
 
-from ..engine import connect as engine_connect
-from ..engine import describe
+from ..docker_client import connect as docker_connect
+from ..docker_client import describe
 from ..errors import CheckFailed, UsageError
 from .client import ServerUnreachable
 
@@ -67,7 +67,7 @@ def device_requests(gpus: str) -> list[Any]:
 
 def connect() -> Any:
     """A docker SDK client; exit 2 with one line when the engine cannot be reached."""
-    return engine_connect(ServerUnreachable)
+    return docker_connect(ServerUnreachable)
 
 
 def check_image(client: Any, image: str) -> None:

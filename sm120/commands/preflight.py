@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config as cfg
-from .. import engine
+from .. import docker_client
 from ..cli import add_config_args
 from ..errors import CheckFailed, UsageError
 
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
 def measure() -> tuple[Engine, int | None]:
     """The engine's facts (docker SDK) and the free space under its root directory."""
-    client = engine.connect()
+    client = docker_client.connect()
     try:
         facts = engine_facts(client.info())
     finally:

@@ -21,7 +21,7 @@ from docker.models.containers import Container
 
 import docker
 
-from .. import engine
+from .. import docker_client
 
 RUN_LABEL = "sglang-sm120.verify"
 
@@ -35,7 +35,7 @@ class NoSuchImage(LookupError):
 
 
 def client() -> docker.DockerClient:
-    return engine.connect(DockerUnavailable)
+    return docker_client.connect(DockerUnavailable)
 
 
 @dataclass(frozen=True)

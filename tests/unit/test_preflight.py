@@ -35,7 +35,7 @@ def engine_with(monkeypatch):
 
     def configure(tmp_path: Path, *, memory_gib: float, free_gib: float | None) -> FakeClient:
         client = FakeClient(tmp_path, memory_gib)
-        monkeypatch.setattr(preflight.engine, "connect", lambda: client)
+        monkeypatch.setattr(preflight.docker_client, "connect", lambda: client)
         monkeypatch.setattr(preflight, "free_bytes", lambda path: None if free_gib is None else int(free_gib * GIB))
         return client
 
