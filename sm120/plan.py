@@ -6,86 +6,36 @@ image checks, the workflows) reads this plan, never its own copy of a version or
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import subprocess
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from packaging.version import Version
 
+from . import build_args as build_args_format
+from . import labels as labels_format
 from . import resources as res
 from .config import Config, FlashAttnKernels, Profile, Track
 from .errors import UsageError
+from .labels import sm
+from .plan_types import (
+    ALL_HEAD_DIMS,
+    EntrypointSpec,
+    FixupPin,
+    FlashAttn,
+    ImageSettings,
+    LeftOutSpec,
+    ModeSpec,
+    PatchRef,
+    Plan,
+    RequiredPatch,
+    RuntimeRuleSpec,
+    SglKernel,
+    SkippedPatch,
+    UpstreamCheckSpec,
+)
 
-ALL_HEAD_DIMS = [32, 64, 96, 128, 192, 256]
-
-
-@dataclass(frozen=True)
-class PatchRef:
-    name: str
-    component: str
-    path: str
-    sha256: str
-    summary: str
-    upstream: str
-
-
-@dataclass(frozen=True)
-class SkippedPatch:
-    name: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class FixupPin:
-    requirement: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Plan:
-    profile: str
-    sglang_version: str
-    cuda_version: str
-    cuda_archs: list[str]  # "12.0"
-    python_version: str
-    torch_version: str
-    torch_cuda: str  # the CUDA version torch was built with
-    torch_index: str | None
-    flashinfer_version: str
-    flash_attn_version: str
-    flash_attn: dict[str, Any]
-    sgl_kernel: dict[str, Any]
-    base_image: str
-    runtime_base_image: str
-    bases: str
-    patches: list[PatchRef]
-    patches_skipped: list[SkippedPatch]
-    fixups: list[FixupPin]
-    max_jobs: int
-    nvcc_threads: int
-    parallelism_reason: str
-    # The job budget split between the kernel stages that compile at the same time; reaches the build as the
-    # BuildKit secret `build_jobs`, never as a build arg (it must not change a compiled layer's cache key).
-    build_jobs: dict[str, str]
-    tags: list[str]
-    labels: dict[str, str]
-    build_args: dict[str, str]
-    stand_ins: list[str]
-    differences: list[str]
-    image: dict[str, Any]
-    entrypoint: dict[str, Any]
-    tracks: list[str]  # every SGLang track build.toml has (the publish matrix)
-    profiles: list[str]
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def sm(capability: str, suffix: str = "") -> str:
-    """'12.0' -> 'sm_120' (+ suffix, e.g. 'a')."""
-    return "sm_" + capability.replace(".", "") + suffix
+__all__ = ["ALL_HEAD_DIMS", "Plan", "render", "resolve", "sm"]
 
 
 def _sha256(path) -> str:
@@ -128,37 +78,33 @@ def _torch(config: Config, track: Track, profile: Profile) -> tuple[str, str | N
     return track.torch.pypi_cuda, None, [note]
 
 
-def _sgl_kernel(config: Config, track: Track, profile_name: str) -> tuple[dict[str, Any], list[str], list[str]]:
+def _sgl_kernel(config: Config, track: Track, profile_name: str) -> tuple[SglKernel, list[str], list[str]]:
+    """Where sgl-kernel comes from in this profile, with the stand-in notes and warnings that follow from it."""
     want = [sm(a, "a") for a in config.cuda.archs]
-    sgl = track.sgl_kernel
-    install = sgl.install[profile_name]
-    info: dict[str, Any] = {
-        "package": sgl.package,
-        "version": sgl.version,
-        "source": install,
-        "wheel_url": "",
-        "wheel_sha256": "",
-    }
-    notes: list[str] = []
+    base_cuda = _cuda_minor(config.cuda.version)
+    spec = track.sgl_kernel
+    install = spec.install[profile_name]
     warnings: list[str] = []
     if install == "source":
-        info.update(archs=want, cuda=_cuda_minor(config.cuda.version))
+        kernel = SglKernel(spec.package, spec.version, install, "", "", archs=want, cuda=base_cuda)
     elif install == "wheel":
-        assert sgl.wheel is not None  # config checks it
+        assert spec.wheel is not None  # config checks it
         # What the wheel carries is verify's to judge (SASS check); the plan asks for sm_120a.
-        info.update(archs=want, cuda=sgl.wheel.cuda, wheel_url=sgl.wheel.url, wheel_sha256=sgl.wheel.sha256)
+        wheel = spec.wheel
+        kernel = SglKernel(spec.package, spec.version, install, wheel.url, wheel.sha256, archs=want, cuda=wheel.cuda)
     else:
-        have = ["sm_" + a for a in sgl.pypi_archs]
-        info.update(archs=have, cuda=sgl.pypi_cuda)
+        have = ["sm_" + a for a in spec.pypi_archs]
+        kernel = SglKernel(spec.package, spec.version, install, "", "", archs=have, cuda=spec.pypi_cuda)
         missing = [a for a in want if a not in have]
         if missing:
-            warnings.append(f"{sgl.package} {sgl.version} from PyPI has no {', '.join(missing)} code")
-    if info["cuda"] != _cuda_minor(config.cuda.version):
+            warnings.append(f"{spec.package} {spec.version} from PyPI has no {', '.join(missing)} code")
+    notes: list[str] = []
+    if kernel.cuda != base_cuda:
         notes.append(
-            f"{sgl.package} {sgl.version} is PyPI's CUDA {info['cuda']} build: a stand-in on the "
+            f"{spec.package} {spec.version} is PyPI's CUDA {kernel.cuda} build: a stand-in on the "
             f"CUDA {config.cuda.version} base"
         )
-    return info, notes, warnings
+    return kernel, notes, warnings
 
 
 def _build_jobs(max_jobs: int, nvcc_threads: int, compiling: list[str]) -> dict[str, str]:
@@ -172,17 +118,17 @@ def _build_jobs(max_jobs: int, nvcc_threads: int, compiling: list[str]) -> dict[
     return jobs
 
 
-def _flash_attn(config: Config, track: Track, kernels: FlashAttnKernels) -> dict[str, Any]:
+def _flash_attn(config: Config, track: Track, kernels: FlashAttnKernels) -> FlashAttn:
     head_dims = ALL_HEAD_DIMS if kernels.head_dims == "all" else sorted(kernels.head_dims)
-    return {
-        "version": track.flash_attn,
-        "archs": [a.replace(".", "") for a in config.cuda.archs],
-        "head_dims": head_dims,
-        "dtypes": list(kernels.dtypes),
-        "backward": kernels.backward,
-        "cxx_std": track.cxx_std,
-        "all_kernels": head_dims == ALL_HEAD_DIMS and set(kernels.dtypes) == {"fp16", "bf16"},
-    }
+    return FlashAttn(
+        version=track.flash_attn,
+        archs=[a.replace(".", "") for a in config.cuda.archs],
+        head_dims=list(head_dims),
+        dtypes=list(kernels.dtypes),
+        backward=kernels.backward,
+        cxx_std=track.cxx_std,
+        all_kernels=head_dims == ALL_HEAD_DIMS and set(kernels.dtypes) == {"fp16", "bf16"},
+    )
 
 
 def _patches(config: Config, track: Track, version: str) -> tuple[list[PatchRef], list[SkippedPatch]]:
@@ -217,14 +163,14 @@ def _differences(config: Config, name: str, track: Track) -> list[str]:
     return out
 
 
-def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str]) -> dict[str, Any]:
-    """What docker/entrypoint.py reads from /etc/sglang-sm120/plan.json (its `entrypoint` key).
+def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str]) -> EntrypointSpec:
+    """What docker/entrypoint.py reads from the image's plan.json (its `entrypoint` key).
 
     A rule's `requires_patch` becomes `requires`: that patch's upstream_check (files and patterns), which the
     entrypoint matches against the installed SGLang, so the rule applies whether this image applied the patch
     or upstream already has the change.
     """
-    runtime: list[dict[str, Any]] = []
+    runtime: list[RuntimeRuleSpec] = []
     seen: set[str] = set()
     for rule in track.runtime:
         if rule.name in seen:
@@ -238,29 +184,27 @@ def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str
                     f"{config.path.name}: runtime rule {rule.name!r} requires patch {rule.requires_patch!r}, "
                     "which has no upstream_check to find its change in an installed SGLang"
                 )
-            requires = {
-                "patch": rule.requires_patch,
-                "checks": [check.model_dump() for check in patch.upstream_checks],
-            }
+            checks = [UpstreamCheckSpec(c.path, list(c.patterns)) for c in patch.upstream_checks]
+            requires = RequiredPatch(rule.requires_patch, checks)
         runtime.append(
-            {
-                "name": rule.name,
-                "when": rule.conditions,
-                "env": dict(rule.env),
-                "args": list(rule.args),
-                "requires": requires,
-                "reason": rule.reason,
-            }
+            RuntimeRuleSpec(
+                name=rule.name,
+                when=rule.conditions,
+                env=dict(rule.env),
+                args=list(rule.args),
+                requires=requires,
+                reason=rule.reason,
+            )
         )
-    return {
-        "sglang_version": version,
-        "cuda_archs": cuda_archs,
-        "port": config.image.port,
-        "cache_dir": config.image.cache_dir,
-        "modes": {name: mode.model_dump() for name, mode in config.modes.items()},
-        "runtime": runtime,
-        "left_out": [rule.model_dump() for rule in track.left_out],
-    }
+    return EntrypointSpec(
+        sglang_version=version,
+        cuda_archs=cuda_archs,
+        port=config.image.port,
+        cache_dir=config.image.cache_dir,
+        modes={name: ModeSpec(**mode.model_dump()) for name, mode in config.modes.items()},
+        runtime=runtime,
+        left_out=[LeftOutSpec(list(rule.args), rule.reason) for rule in track.left_out],
+    )
 
 
 def resolve(
@@ -273,10 +217,10 @@ def resolve(
 ) -> Plan:
     profile_name = profile or config.defaults.profile
     version = sglang or config.defaults.sglang
-    prof = config.profile(profile_name)
+    profile_settings = config.profile(profile_name)
     track = config.track(version)
 
-    torch_cuda, torch_index, stand_ins = _torch(config, track, prof)
+    torch_cuda, torch_index, stand_ins = _torch(config, track, profile_settings)
     if torch_cuda.split(".")[0] != config.cuda.version.split(".")[0]:
         stand_ins.append(
             f"flash-attn is compiled with CUDA {config.cuda.version}'s nvcc against torch's CUDA {torch_cuda} "
@@ -285,15 +229,15 @@ def resolve(
     sgl_kernel, sgl_kernel_notes, warnings = _sgl_kernel(config, track, profile_name)
     stand_ins += sgl_kernel_notes
     fixups = [FixupPin(f.requirement, f.reason) for f in track.fixups if f.torch_cuda == torch_cuda.split(".")[0]]
-    flash_attn = _flash_attn(config, track, prof.flash_attn)
+    flash_attn = _flash_attn(config, track, profile_settings.flash_attn)
     patches, skipped = _patches(config, track, version)
 
     machine = machine or res.detect()
-    par = res.parallelism(
+    parallelism = res.parallelism(
         machine,
         job_memory_gib=(
             config.parallelism.compile_job_memory_gib_backward
-            if flash_attn["backward"]
+            if flash_attn.backward
             else config.parallelism.compile_job_memory_gib
         ),
         memory_fraction=config.parallelism.memory_fraction,
@@ -301,93 +245,19 @@ def resolve(
         gencode_targets=len(config.cuda.archs),
         max_jobs_override=max_jobs,
     )
-    if par.warning:
-        warnings.append(par.warning)
+    if parallelism.warning:
+        warnings.append(parallelism.warning)
 
-    base_image = _image_ref(prof.base_image, prof.base_image_digest)
-    runtime_base_image = _image_ref(prof.runtime_base_image, prof.runtime_base_image_digest)
-    cuda_archs = list(config.cuda.archs)
-    sms = ",".join(sm(a) for a in cuda_archs)
     suffix = "" if profile_name == config.defaults.profile else f"-{profile_name}"
     image_version = f"{version}-cu{config.cuda.version}{suffix}"
-    tags = [f"{config.project.image}:{image_version}"]
+    compiling = ["flash-attn"] + (["sgl-kernel"] if sgl_kernel.source == "source" else [])
 
-    ns = config.project.name
-    labels = {
-        "org.opencontainers.image.title": config.project.title,
-        "org.opencontainers.image.description": config.project.description,
-        "org.opencontainers.image.version": image_version,
-        "org.opencontainers.image.licenses": config.project.licenses,
-        "org.opencontainers.image.base.name": runtime_base_image,
-        f"{ns}.profile": profile_name,
-        f"{ns}.sglang.version": version,
-        f"{ns}.cuda.version": config.cuda.version,
-        f"{ns}.cuda.archs": sms,
-        f"{ns}.python.version": prof.python,
-        f"{ns}.torch.version": track.torch.version,
-        f"{ns}.torch.cuda": torch_cuda,
-        f"{ns}.flashinfer.version": track.flashinfer,
-        f"{ns}.flash-attn.version": track.flash_attn,
-        f"{ns}.flash-attn.archs": sms,
-        f"{ns}.flash-attn.kernels": (
-            f"head_dims={','.join(map(str, flash_attn['head_dims']))};dtypes={','.join(flash_attn['dtypes'])};"
-            f"backward={'on' if flash_attn['backward'] else 'off'}"
-        ),
-        f"{ns}.sgl-kernel.package": sgl_kernel["package"],
-        f"{ns}.sgl-kernel.version": sgl_kernel["version"],
-        f"{ns}.sgl-kernel.cuda": sgl_kernel["cuda"],
-        f"{ns}.sgl-kernel.archs": ",".join(sgl_kernel["archs"]),
-        f"{ns}.sgl-kernel.install": sgl_kernel["source"],
-        f"{ns}.fixups": " ".join(f.requirement for f in fixups) or "none",
-        f"{ns}.patches": ",".join(f"{p.name}@sha256:{p.sha256}" for p in patches),
-        f"{ns}.stand-ins": " | ".join(stand_ins) if stand_ins else "none",
-        f"{ns}.user": config.image.user,
-        f"{ns}.cache-dir": config.image.cache_dir,
-        f"{ns}.port": str(config.image.port),
-    }
-    revision = _git_revision(config)
-    if revision:
-        labels["org.opencontainers.image.revision"] = revision
-
-    build_args = {
-        "BASE_IMAGE": base_image,
-        "RUNTIME_BASE_IMAGE": runtime_base_image,
-        "PROFILE": profile_name,
-        "PYTHON_VERSION": prof.python,
-        "SGLANG_VERSION": version,
-        "TORCH_VERSION": track.torch.version,
-        "TORCH_INDEX_URL": torch_index or "",
-        "FLASHINFER_VERSION": track.flashinfer,
-        "FLASH_ATTN_VERSION": track.flash_attn,
-        "FLASH_ATTN_CUDA_ARCHS": ";".join(flash_attn["archs"]),
-        "FLASH_ATTN_HEAD_DIMS": ",".join(map(str, flash_attn["head_dims"])),
-        "FLASH_ATTN_DTYPES": ",".join(flash_attn["dtypes"]),
-        "FLASH_ATTN_BACKWARD": "1" if flash_attn["backward"] else "0",
-        "FLASH_ATTN_PATCHES": " ".join(p.path for p in patches if p.component == "flash-attn"),
-        "FLASH_ATTN_ALLOW_CUDA_MISMATCH": "1" if torch_cuda.split(".")[0] != config.cuda.version.split(".")[0] else "0",
-        "CXX_STD": str(track.cxx_std),
-        "SGL_KERNEL_PACKAGE": sgl_kernel["package"],
-        "SGL_KERNEL_VERSION": sgl_kernel["version"],
-        "SGL_KERNEL_SOURCE": sgl_kernel["source"],
-        "SGL_KERNEL_WHEEL_URL": sgl_kernel["wheel_url"],
-        "SGL_KERNEL_WHEEL_SHA256": sgl_kernel["wheel_sha256"],
-        "FIXUP_PINS": " ".join(f.requirement for f in fixups),
-        "IMAGE_USER": config.image.user,
-        "IMAGE_UID": str(config.image.uid),
-        "CACHE_DIR": config.image.cache_dir,
-        "PORT": str(config.image.port),
-    }
-    compiling = ["flash-attn"] + (["sgl-kernel"] if sgl_kernel["source"] == "source" else [])
-    build_jobs = _build_jobs(par.max_jobs, par.nvcc_threads, compiling)
-
-    entrypoint = _entrypoint(config, track, version, cuda_archs)
-
-    return Plan(
+    plan = Plan(
         profile=profile_name,
         sglang_version=version,
         cuda_version=config.cuda.version,
-        cuda_archs=cuda_archs,
-        python_version=prof.python,
+        cuda_archs=list(config.cuda.archs),
+        python_version=profile_settings.python,
         torch_version=track.torch.version,
         torch_cuda=torch_cuda,
         torch_index=torch_index,
@@ -395,26 +265,32 @@ def resolve(
         flash_attn_version=track.flash_attn,
         flash_attn=flash_attn,
         sgl_kernel=sgl_kernel,
-        base_image=base_image,
-        runtime_base_image=runtime_base_image,
-        bases=prof.bases,
+        base_image=_image_ref(profile_settings.base_image, profile_settings.base_image_digest),
+        runtime_base_image=_image_ref(profile_settings.runtime_base_image, profile_settings.runtime_base_image_digest),
+        bases=profile_settings.bases,
         patches=patches,
         patches_skipped=skipped,
         fixups=fixups,
-        max_jobs=par.max_jobs,
-        nvcc_threads=par.nvcc_threads,
-        parallelism_reason=par.reason,
-        build_jobs=build_jobs,
-        tags=tags,
-        labels=labels,
-        build_args=build_args,
+        max_jobs=parallelism.max_jobs,
+        nvcc_threads=parallelism.nvcc_threads,
+        parallelism_reason=parallelism.reason,
+        build_jobs=_build_jobs(parallelism.max_jobs, parallelism.nvcc_threads, compiling),
+        tags=[f"{config.project.image}:{image_version}"],
+        labels={},
+        build_args={},
         stand_ins=stand_ins,
         differences=_differences(config, profile_name, track),
-        image=config.image.model_dump(),
-        entrypoint=entrypoint,
+        image=ImageSettings(**config.image.model_dump()),
+        entrypoint=_entrypoint(config, track, version, list(config.cuda.archs)),
         tracks=sorted(config.tracks, key=Version),
         profiles=sorted(config.profiles),
         warnings=warnings,
+    )
+    # The formats written from the plan itself, each by its own module.
+    return dataclasses.replace(
+        plan,
+        labels=labels_format.write(plan, config.project, image_version, _git_revision(config)),
+        build_args=build_args_format.write(plan),
     )
 
 
@@ -427,8 +303,8 @@ _INSTALL_WORDS = {
 
 def render(plan: Plan) -> str:
     """The human-readable plan."""
-    fa = plan.flash_attn
-    sk = plan.sgl_kernel
+    flash_attn = plan.flash_attn
+    sgl_kernel = plan.sgl_kernel
     lines = [
         f"profile          {plan.profile}",
         f"SGLang           {plan.sglang_version}",
@@ -436,12 +312,16 @@ def render(plan: Plan) -> str:
         f"python           {plan.python_version}",
         f"torch            {plan.torch_version} (CUDA {plan.torch_cuda}, from {plan.torch_index or 'PyPI'})",
         f"flashinfer       {plan.flashinfer_version}",
-        f"flash-attn       {fa['version']} compiled for {', '.join('sm_' + a for a in fa['archs'])}; "
-        f"head dims {', '.join(map(str, fa['head_dims']))}; {', '.join(fa['dtypes'])}; "
-        f"backward {'on' if fa['backward'] else 'off'}; C++{fa['cxx_std']}",
-        f"sgl-kernel       {sk['package']} {sk['version']} "
-        f"({_INSTALL_WORDS[sk['source']]}, CUDA {sk['cuda']}, {', '.join(sk['archs'])})"
-        + (f"\n                 {sk['wheel_url']}  sha256:{sk['wheel_sha256'][:16]}" if sk["wheel_url"] else ""),
+        f"flash-attn       {flash_attn.version} compiled for {', '.join('sm_' + a for a in flash_attn.archs)}; "
+        f"head dims {', '.join(map(str, flash_attn.head_dims))}; {', '.join(flash_attn.dtypes)}; "
+        f"backward {'on' if flash_attn.backward else 'off'}; C++{flash_attn.cxx_std}",
+        f"sgl-kernel       {sgl_kernel.package} {sgl_kernel.version} "
+        f"({_INSTALL_WORDS[sgl_kernel.source]}, CUDA {sgl_kernel.cuda}, {', '.join(sgl_kernel.archs)})"
+        + (
+            f"\n                 {sgl_kernel.wheel_url}  sha256:{sgl_kernel.wheel_sha256[:16]}"
+            if sgl_kernel.wheel_url
+            else ""
+        ),
         f"base image       {plan.base_image} ({plan.bases})",
         f"runtime base     {plan.runtime_base_image}",
         f"max_jobs         {plan.max_jobs}  nvcc_threads {plan.nvcc_threads}",

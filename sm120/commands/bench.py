@@ -19,6 +19,7 @@ from ..bench import prompts as prompts_mod
 from ..bench.results import BASELINE, Label, Results, open_results
 from ..cli import add_config_args, non_negative_int, positive_float, positive_int
 from ..errors import CheckFailed, UsageError
+from ..plan_types import Plan
 from .plan import load_plan
 
 METRICS = {"decode": "decode_tok_s", "e2e": "e2e_tok_s"}
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         if args.env:
             raise UsageError("--env goes with --image, not --endpoint")
         labels = [_check_label(args.label, "--label")]
-        endpoint = client.normalize_endpoint(args.endpoint, plan.image["port"])
+        endpoint = client.normalize_endpoint(args.endpoint, plan.image.port)
     else:
         if args.label:
             raise UsageError("--label goes with --endpoint; with --image the labels are the modes")
@@ -255,12 +256,12 @@ def _print_summary(results: Results) -> None:
 class _ImageJob:
     """--image: one container per mode (and per grid point), measured in turn."""
 
-    def __init__(self, args: argparse.Namespace, plan: Any) -> None:
+    def __init__(self, args: argparse.Namespace, plan: Plan) -> None:
         from ..bench import docker_runner
 
-        self.dr = docker_runner
+        self.docker_runner = docker_runner
         self.args = args
-        modes_known = plan.entrypoint["modes"]
+        modes_known = plan.entrypoint.modes
         self.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         if not self.modes:
             raise UsageError("--modes is empty: give e.g. baseline,eagle3")
@@ -274,7 +275,7 @@ class _ImageJob:
         if args.gpus not in ("all", "none") and not all(g.strip().isdigit() for g in args.gpus.split(",")):
             raise UsageError(f"--gpus {args.gpus!r}: give all, none, or device numbers such as 0,1")
         self.env = _parse_env(args.env)
-        self.port = int(self.env.get("PORT", plan.image["port"]))
+        self.port = int(self.env.get("PORT", plan.image.port))
         self.env.setdefault("HOST", "0.0.0.0")
         self.env.setdefault("PORT", str(self.port))
         if "MODEL_PATH" not in self.env:
@@ -287,18 +288,18 @@ class _ImageJob:
         for key in ("MODEL_PATH", "DRAFT_MODEL_PATH"):
             self._check_model_path(key)
         for mode in self.modes:
-            if modes_known[mode].get("draft") and "DRAFT_MODEL_PATH" not in self.env:
+            if modes_known[mode].draft and "DRAFT_MODEL_PATH" not in self.env:
                 raise UsageError(f"mode {mode} needs --env DRAFT_MODEL_PATH=PATH (the EAGLE-3 draft model)")
-        self.cache_dir = plan.image["cache_dir"]
+        self.cache_dir = plan.image.cache_dir
         self.cache_volume = args.cache_volume or f"{plan.tags[0].split(':')[0].rsplit('/', 1)[-1]}-cache"
         self.grid_points: list[grid.Point] = []
         if args.spec_grid:
-            spec_modes = [m for m in self.modes if modes_known[m].get("spec_num_steps") is not None]
+            spec_modes = [m for m in self.modes if modes_known[m].spec_num_steps is not None]
             if not spec_modes:
                 raise UsageError("--spec-grid sweeps EAGLE-3 settings: add eagle3 to --modes")
             self.spec_mode = spec_modes[0]
             ref = modes_known[self.spec_mode]
-            reference = (ref["spec_num_steps"], ref["spec_eagle_topk"], ref["spec_num_draft_tokens"])
+            reference = (ref.spec_num_steps, ref.spec_eagle_topk, ref.spec_num_draft_tokens)
             self.grid_points = grid.points(
                 grid.parse_list(args.grid_steps, "--grid-steps"),
                 grid.parse_list(args.grid_topk, "--grid-topk"),
@@ -312,18 +313,19 @@ class _ImageJob:
 
     def _check_model_path(self, key: str) -> None:
         value = self.env.get(key)
-        if not value or not value.startswith(self.dr.MODELS_MOUNT + "/"):
+        if not value or not value.startswith(self.docker_runner.MODELS_MOUNT + "/"):
             return
         if self.models is None:
             raise UsageError(
-                f"--env {key}={value} is under {self.dr.MODELS_MOUNT}: give --models DIR (the host directory)"
+                f"--env {key}={value} is under {self.docker_runner.MODELS_MOUNT}: "
+                "give --models DIR (the host directory)"
             )
-        host = self.models / value[len(self.dr.MODELS_MOUNT) + 1 :]
+        host = self.models / value[len(self.docker_runner.MODELS_MOUNT) + 1 :]
         if not host.exists():
             raise UsageError(f"--env {key}={value}: {host} does not exist on this host")
 
     def _spec(self, mode: str, label: str, extra_env: dict[str, str]) -> Any:
-        return self.dr.ContainerSpec(
+        return self.docker_runner.ContainerSpec(
             image=self.args.image,
             mode=mode,
             label=label,
@@ -346,7 +348,7 @@ class _ImageJob:
         label = Label(spec.label, source=source)
         results.labels[spec.label] = label
         try:
-            with self.dr.serve(docker_client, spec, out_dir) as endpoint:
+            with self.docker_runner.serve(docker_client, spec, out_dir) as endpoint:
                 runner.measure_label(endpoint, label, results, out_dir, prompt_set, run_plan)
         except CheckFailed as exc:
             label.status = "failed"
@@ -355,8 +357,8 @@ class _ImageJob:
             raise
 
     def run(self, results: Results, out_dir: Path, prompt_set: Any, run_plan: Any) -> None:
-        docker_client = self.dr.connect()
-        self.dr.check_image(docker_client, self.args.image)
+        docker_client = self.docker_runner.connect()
+        self.docker_runner.check_image(docker_client, self.args.image)
         for mode in self.modes:
             if self.grid_points and mode == self.spec_mode:
                 continue

@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from .. import labels
 from ..errors import CheckFailed, UsageError
-from . import docker_env, labels, report
+from . import docker_env, report
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "tests" / "image"

@@ -74,14 +74,14 @@ def _has_python(dc, image: str) -> bool:
 
 
 def spec(image: str, label: str, entrypoint: list[str]) -> docker_runner.ContainerSpec:
-    port = PLAN.image["port"]
+    port = PLAN.image.port
     return docker_runner.ContainerSpec(
         image=image,
         mode="eagle3",
         label=label,
         env={"HOST": "0.0.0.0", "PORT": str(port)},
         port=port,
-        cache_dir=PLAN.image["cache_dir"],
+        cache_dir=PLAN.image.cache_dir,
         cache_volume=VOLUME,
         gpus="none",
         health_timeout_s=60,

@@ -20,7 +20,7 @@ from sm120.bench import client, prompts
 from tests.helpers import run_build_py
 from tests.unit.bench_standin import Behaviour, StandIn
 
-PORT = planmod.resolve(cfg.load()).image["port"]
+PORT = planmod.resolve(cfg.load()).image.port
 
 
 def bench(capsys, *argv: str) -> tuple[int, str, str]:

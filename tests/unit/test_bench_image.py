@@ -21,8 +21,8 @@ from sm120.bench import docker_runner, grid
 from tests.unit.bench_standin import Behaviour, StandIn
 
 PLAN = planmod.resolve(cfg.load())
-PORT = PLAN.image["port"]
-CACHE_DIR = PLAN.image["cache_dir"]
+PORT = PLAN.image.port
+CACHE_DIR = PLAN.image.cache_dir
 FAST = dict(ttft=0.01, tok_s=500.0)
 COMMON = ["--runs", "2", "--warmup", "0", "--max-tokens", "7"]
 
@@ -313,8 +313,8 @@ def test_grid_follows_sglangs_rules():
 
 
 def test_grid_includes_the_reference_from_build_toml():
-    ref = PLAN.entrypoint["modes"]["eagle3"]
-    reference = (ref["spec_num_steps"], ref["spec_eagle_topk"], ref["spec_num_draft_tokens"])
+    ref = PLAN.entrypoint.modes["eagle3"]
+    reference = (ref.spec_num_steps, ref.spec_eagle_topk, ref.spec_num_draft_tokens)
     points = grid.points(grid.DEFAULT_STEPS, grid.DEFAULT_TOPK, grid.DEFAULT_DRAFT, reference)
     assert grid.canonical(*reference) in points
     assert grid.Point(*grid.UPSTREAM_SUGGESTION) in points

@@ -20,8 +20,9 @@ presets_mod = entrypoint_module("presets")
 
 
 def entry(version: str, config: cfg.Config | None = None) -> dict:
+    """The plan's `entrypoint` as the image's plan.json holds it."""
     config = config or cfg.load(ROOT / "build.toml")
-    return planmod.resolve(config, profile="offline", sglang=version, machine=MACHINE).entrypoint
+    return planmod.resolve(config, profile="offline", sglang=version, machine=MACHINE).to_dict()["entrypoint"]
 
 
 def copy_config(tmp_path: Path, edit) -> Path:

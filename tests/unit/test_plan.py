@@ -56,9 +56,9 @@ def test_release_is_cuda13_end_to_end(config):
         plan = planmod.resolve(config, profile="release", sglang=sglang, machine=MACHINE)
         assert plan.torch_cuda == "13.0"
         assert plan.stand_ins == []
-        assert plan.sgl_kernel["source"] in ("wheel", "pypi") and "sm_120a" in plan.sgl_kernel["archs"]
-        assert plan.sgl_kernel["cuda"] == "13.0"
-        assert plan.flash_attn["head_dims"] == [32, 64, 96, 128, 192, 256]
+        assert plan.sgl_kernel.source in ("wheel", "pypi") and "sm_120a" in plan.sgl_kernel.archs
+        assert plan.sgl_kernel.cuda == "13.0"
+        assert plan.flash_attn.head_dims == [32, 64, 96, 128, 192, 256]
 
 
 def test_offline_says_what_is_a_stand_in(config):
@@ -69,7 +69,7 @@ def test_offline_says_what_is_a_stand_in(config):
     assert "stand-in" in old.labels["sglang-sm120.stand-ins"]
     new = planmod.resolve(config, profile="offline", sglang="0.5.23", machine=MACHINE)
     assert new.torch_cuda == "13.0" and new.stand_ins == []
-    assert "sm_120a" in new.sgl_kernel["archs"]
+    assert "sm_120a" in new.sgl_kernel.archs
 
 
 def test_offline_differences_are_derived_from_the_profiles(config):
@@ -162,7 +162,7 @@ def test_malformed_config_file_exits_2(tmp_path):
 )
 def test_sgl_kernel_and_fixups_per_track(config, profile, track, install, pins):
     plan = planmod.resolve(config, profile=profile, sglang=track, machine=MACHINE)
-    assert plan.sgl_kernel["source"] == install
+    assert plan.sgl_kernel.source == install
     assert plan.build_args["SGL_KERNEL_SOURCE"] == install
     assert [f.requirement for f in plan.fixups] == pins
     assert plan.build_args["FIXUP_PINS"] == " ".join(pins)

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from sm120 import labels
 from sm120 import plan as planmod
 from sm120.commands.plan import load_plan
-from sm120.verify import elf, labels, report
+from sm120.verify import elf, report
 from tests.helpers import run_build_py
 
 

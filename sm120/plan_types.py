@@ -1,0 +1,181 @@
+"""The plan as a tree of frozen, typed objects (standard library only).
+
+`sm120.plan.resolve` builds it from build.toml; every output format is written from it by a module of its own
+(`sm120.build_args`, `sm120.labels`, `Plan.to_dict` for `plan --json` and the image's plan.json). Field order is
+the order of `plan --json`'s keys: do not reorder fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Where the image keeps the plan for its entrypoint. The Dockerfile and docker/entrypoint/presets.py cannot import
+# this module and write the path themselves; tests/unit/test_plan_outputs.py keeps them equal to it.
+PLAN_JSON_PATH = "/etc/sglang-sm120/plan.json"
+
+ALL_HEAD_DIMS = [32, 64, 96, 128, 192, 256]
+
+
+@dataclass(frozen=True)
+class PatchRef:
+    name: str
+    component: str
+    path: str
+    sha256: str
+    summary: str
+    upstream: str
+
+
+@dataclass(frozen=True)
+class SkippedPatch:
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class FixupPin:
+    requirement: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class FlashAttn:
+    """The flash-attn build: its version and the kernel subset compiled for this profile."""
+
+    version: str
+    archs: list[str]  # "120" (TORCH_CUDA_ARCH_LIST style, no dot)
+    head_dims: list[int]
+    dtypes: list[str]  # "fp16", "bf16"
+    backward: bool
+    cxx_std: int
+    all_kernels: bool  # every head dim and dtype: the subset patch changes nothing
+
+
+@dataclass(frozen=True)
+class SglKernel:
+    """Where sgl-kernel comes from in this profile and what code it carries."""
+
+    package: str  # the distribution: sgl-kernel or sglang-kernel
+    version: str
+    source: str  # "source" (compiled), "wheel" (upstream's prebuilt, pinned by sha256) or "pypi"
+    wheel_url: str  # "" unless source == "wheel"
+    wheel_sha256: str
+    archs: list[str]  # "sm_120a"
+    cuda: str  # the CUDA minor version it is built with, "13.0"
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    """build.toml's [image]: the serving user, the cache directory, the port."""
+
+    user: str
+    uid: int
+    cache_dir: str
+    port: int
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """A serving mode (build.toml [modes.NAME]); fields as in sm120.config.Mode, in its order."""
+
+    summary: str
+    args: list[str]
+    draft: bool
+    spec_num_steps: int | None
+    spec_eagle_topk: int | None
+    spec_num_draft_tokens: int | None
+
+
+@dataclass(frozen=True)
+class UpstreamCheckSpec:
+    """Upstream has a change when every regex in `patterns` matches the file at `path` (relative to site-packages)."""
+
+    path: str
+    patterns: list[str]
+
+
+@dataclass(frozen=True)
+class RequiredPatch:
+    """A runtime rule applies only where this patch's change is in the installed SGLang."""
+
+    patch: str
+    checks: list[UpstreamCheckSpec]
+
+
+@dataclass(frozen=True)
+class RuntimeRuleSpec:
+    name: str
+    when: list[str]  # every condition must hold: "always", "tp>1", "single-node", ...
+    env: dict[str, str]
+    args: list[str]
+    requires: RequiredPatch | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class LeftOutSpec:
+    """Flags the reference run used that this track does not honour on sm_120: logged, not passed."""
+
+    args: list[str]
+    reason: str
+
+
+@dataclass(frozen=True)
+class EntrypointSpec:
+    """What docker/entrypoint reads from the image's plan.json (its `entrypoint` key)."""
+
+    sglang_version: str
+    cuda_archs: list[str]
+    port: int
+    cache_dir: str
+    modes: dict[str, ModeSpec]
+    runtime: list[RuntimeRuleSpec]
+    left_out: list[LeftOutSpec]
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: str
+    sglang_version: str
+    cuda_version: str
+    cuda_archs: list[str]  # "12.0"
+    python_version: str
+    torch_version: str
+    torch_cuda: str  # the CUDA version torch was built with
+    torch_index: str | None
+    flashinfer_version: str
+    flash_attn_version: str
+    flash_attn: FlashAttn
+    sgl_kernel: SglKernel
+    base_image: str
+    runtime_base_image: str
+    bases: str
+    patches: list[PatchRef]
+    patches_skipped: list[SkippedPatch]
+    fixups: list[FixupPin]
+    max_jobs: int
+    nvcc_threads: int
+    parallelism_reason: str
+    # The job budget split between the kernel stages that compile at the same time; reaches the build as the
+    # BuildKit secret `build_jobs`, never as a build arg (it must not change a compiled layer's cache key).
+    build_jobs: dict[str, str]
+    tags: list[str]
+    labels: dict[str, str]  # written by sm120.labels
+    build_args: dict[str, str]  # written by sm120.build_args
+    stand_ins: list[str]
+    differences: list[str]
+    image: ImageSettings
+    entrypoint: EntrypointSpec
+    tracks: list[str]  # every SGLang track build.toml has (the publish matrix)
+    profiles: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data: `plan --json` and the image's plan.json."""
+        return asdict(self)
+
+    @property
+    def torch_cuda_differs(self) -> bool:
+        """torch is built for another CUDA major than the base's nvcc (a stand-in; flash-attn lifts torch's guard)."""
+        return self.torch_cuda.split(".")[0] != self.cuda_version.split(".")[0]
