@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sm120 import build_args
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120 import resources as res
@@ -19,13 +20,8 @@ SMALL = res.Resources(cpus=2, memory_bytes=8 * 1024**3, source="test")
 LARGE = res.Resources(cpus=64, memory_bytes=256 * 1024**3, source="test")
 
 
-def _unquote(value: str) -> str:
-    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
-
-
 def top_defaults() -> dict[str, str]:
-    head = TEXT[: TEXT.index("\nFROM ")]
-    return {name: _unquote(value) for name, value in re.findall(r"^ARG (\w+)=(.*)$", head, flags=re.MULTILINE)}
+    return build_args.dockerfile_defaults(TEXT)
 
 
 def stages() -> dict[str, str]:
@@ -71,7 +67,7 @@ def test_builders_of_any_size_share_the_compiled_layers(profile: str, track: str
     for stage in ("flash-attn", "sgl-kernel"):
         text = stages()[stage]
         assert "id=build_jobs" in text, f"stage {stage} does not read the build_jobs secret"
-        used = set(re.findall(r"^ARG (\w+)$", text, flags=re.MULTILINE))
+        used = build_args.stage_args(TEXT)[stage]
         assert used <= set(small.build_args)
         assert not used & {"MAX_JOBS", "NVCC_THREADS", *small.build_jobs}
 

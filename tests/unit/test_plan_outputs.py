@@ -1,0 +1,111 @@
+"""T0: each format written from the plan reads back to the same facts, for every profile and track.
+
+plan.json (`Plan.to_dict`, what `plan --json` prints and the image's entrypoint reads) decodes into the same typed
+plan; the labels (`sm120.labels.write`) parse (`sm120.labels.parse`) into what the plan holds; the build args
+(`sm120.build_args.write`) are exactly the ARGs the Dockerfile declares; the facts that files which cannot import
+Python write themselves (the plan.json path) equal the one constant.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import TypeAdapter
+
+from sm120 import build_args, labels
+from sm120 import config as cfg
+from sm120 import plan as planmod
+from sm120 import resources as res
+from sm120.plan_types import PLAN_JSON_PATH, Plan
+from tests.entrypoint_helpers import entrypoint_module
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = cfg.load(ROOT / "build.toml")
+MACHINE = res.Resources(cpus=16, memory_bytes=64 * 1024**3, source="test")
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+PAIRS = [(profile, track) for profile in sorted(CONFIG.profiles) for track in sorted(CONFIG.tracks)]
+
+
+def resolve(profile: str, track: str) -> Plan:
+    return planmod.resolve(CONFIG, profile=profile, sglang=track, machine=MACHINE)
+
+
+@pytest.mark.parametrize(("profile", "track"), PAIRS)
+def test_plan_json_decodes_to_the_same_typed_plan(profile: str, track: str):
+    plan = resolve(profile, track)
+    text = json.dumps(plan.to_dict(), indent=2)
+    decoded = TypeAdapter(Plan).validate_json(text, strict=True)
+    assert decoded == plan
+    assert json.dumps(decoded.to_dict(), indent=2) == text
+
+
+@pytest.mark.parametrize(("profile", "track"), PAIRS)
+def test_labels_parse_back_to_the_plan(profile: str, track: str):
+    plan = resolve(profile, track)
+    expect = labels.parse(plan.labels, CONFIG.project.name)
+    sms = [labels.sm(a) for a in plan.cuda_archs]
+    assert (expect.profile, expect.sglang, expect.cuda, expect.cuda_archs) == (
+        plan.profile,
+        plan.sglang_version,
+        plan.cuda_version,
+        sms,
+    )
+    assert (expect.python, expect.torch, expect.torch_cuda, expect.flashinfer) == (
+        plan.python_version,
+        plan.torch_version,
+        plan.torch_cuda,
+        plan.flashinfer_version,
+    )
+    flash_attn = plan.flash_attn
+    assert expect.flash_attn == flash_attn.version and expect.flash_attn_archs == sms
+    assert expect.flash_attn_kernels == labels.Kernels(
+        sorted(flash_attn.head_dims), sorted(flash_attn.dtypes), flash_attn.backward
+    )
+    sgl_kernel = plan.sgl_kernel
+    assert (expect.sgl_kernel_package, expect.sgl_kernel, expect.sgl_kernel_archs) == (
+        sgl_kernel.package,
+        sgl_kernel.version,
+        sgl_kernel.archs,
+    )
+    assert [(p.name, p.sha256) for p in expect.patches] == [(p.name, p.sha256) for p in plan.patches]
+    assert (expect.user, expect.cache_dir, expect.port) == (plan.image.user, plan.image.cache_dir, plan.image.port)
+    assert expect.stand_ins == (" | ".join(plan.stand_ins) or "none")
+
+
+def test_the_label_namespace_is_the_project_name():
+    assert labels.namespace() == CONFIG.project.name
+    plan = resolve(CONFIG.defaults.profile, CONFIG.defaults.sglang)
+    own = {key.split(".", 1)[0] for key in plan.labels if not key.startswith("org.opencontainers.")}
+    assert own == {CONFIG.project.name}
+    assert labels.missing(plan.labels) == []
+
+
+@pytest.mark.parametrize(("profile", "track"), PAIRS)
+def test_build_args_are_the_dockerfiles_args(profile: str, track: str):
+    written = build_args.write(resolve(profile, track))
+    assert set(written) == set(build_args.dockerfile_defaults(DOCKERFILE))
+    stages = build_args.stage_args(DOCKERFILE)
+    in_from_lines = set(re.findall(r"^FROM \$\{(\w+)\}", DOCKERFILE, flags=re.MULTILINE))
+    for stage, used in stages.items():
+        assert used <= set(written), f"stage {stage} declares ARGs the plan never passes: {used - set(written)}"
+    unused = set(written) - set().union(*stages.values()) - in_from_lines
+    assert not unused, f"build args no stage declares and no FROM names: {sorted(unused)}"
+
+
+def test_the_flash_attn_stage_gets_the_plans_kernel_subset():
+    plan = resolve("offline", CONFIG.defaults.sglang)
+    env = build_args.stage_env(plan.build_args, DOCKERFILE, "flash-attn")
+    assert env["FLASH_ATTN_VERSION"] == plan.flash_attn.version
+    assert env["FLASH_ATTN_HEAD_DIMS"].split(",") == [str(d) for d in plan.flash_attn.head_dims]
+    assert env["CXX_STD"] == str(plan.flash_attn.cxx_std)
+    assert "SGLANG_VERSION" not in env
+
+
+def test_the_plan_json_path_is_written_once():
+    """The Dockerfile and the entrypoint cannot import sm120: they spell the path out, and must spell it the same."""
+    paths = set(re.findall(r"/etc/[\w.-]+/plan\.json", DOCKERFILE))
+    assert paths == {PLAN_JSON_PATH}
+    assert entrypoint_module("presets").DEFAULT_PLAN == PLAN_JSON_PATH
