@@ -84,7 +84,7 @@ def all_releases() -> dict[str, list[dict[str, Any]]]:
     return _RELEASES
 
 
-def final_releases(minimum: str = "0.5.9") -> list[str]:
+def final_releases(minimum: str) -> list[str]:
     """Every final release (no pre-, dev-release; post-releases included) >= minimum with files not all yanked."""
     floor = Version(minimum)
     out = []

@@ -22,6 +22,7 @@ from ..cli import add_config_args
 from ..config import Config, Patch
 from ..errors import CheckFailed, UsageError
 
+# The oldest SGLang release `patches matrix` checks (the first this project served); the one place it is written.
 MATRIX_FLOOR = "0.5.9"
 
 
