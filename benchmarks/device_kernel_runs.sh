@@ -6,11 +6,15 @@
 #   sample1  sm_120, head dim 128, bf16, with backward: the sample at one arch
 #   sample4  upstream's default archs 80;90;100;120 on the same sample, NVCC_THREADS=4 (upstream's default)
 # sample1 and sample4 run side by side (their CPU seconds are compared, not their wall times).
-# usage: benchmarks/device_kernel_runs.sh SDIST RESULTS_DIR
+# Each build starts from the release plan's flash-attn build args (PLAN_JSON: `build.py plan --json --profile
+# release`, made here when not given); the variants override the kernel subset and archs.
+# usage: benchmarks/device_kernel_runs.sh SDIST RESULTS_DIR [PLAN_JSON]
 set -uo pipefail
 sdist=$1 out=$2
 mkdir -p "$out"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+plan=${3:-$out/plan-release.json}
+[ -s "$plan" ] || python3 "$here/../build.py" plan --json --profile release > "$plan" || exit 2
 cores=$(nproc)
 std=17
 # C++17 or C++20: the torch headers decide (torch >= 2.13's ATen requires C++20). Python.h is needed too.
@@ -21,9 +25,9 @@ if ! echo '#include <torch/extension.h>' | g++ -std=c++17 -fsyntax-only -x c++ $
 fi
 echo "torch $(python3 -c 'import torch; print(torch.__version__)'), C++$std, $cores cores" | tee "$out/env.txt"
 nvcc --version | tail -n 2 >> "$out/env.txt"
-run() { python3 "$here/kernel_build.py" --sdist "$sdist" --out "$out" --cxx-std "$std" "$@"; }
+run() { python3 "$here/kernel_build.py" --plan "$plan" --sdist "$sdist" --out "$out" --cxx-std "$std" "$@"; }
 run --label model --archs 120 --head-dims 128 --dtypes bf16 --backward 0 --max-jobs "$cores"
-run --label release --archs 120 --head-dims 32,64,96,128,192,256 --dtypes fp16,bf16 --backward 0 --max-jobs "$cores"
+run --label release --max-jobs "$cores"
 run --label sample1 --archs 120 --head-dims 128 --dtypes bf16 --backward 1 --max-jobs 6 &
 run --label sample4 --archs "80;90;100;120" --head-dims 128 --dtypes bf16 --backward 1 --max-jobs 3 --nvcc-threads 4 &
 wait

@@ -4,8 +4,12 @@ Dockerfile runs: wall time, CPU time, peak memory of the whole build and of ever
 kind (nvcc, cicc, ptxas, cudafe++, cc1plus), the wheel's size, the SASS it carries (cuobjdump) and whether
 the extension imports.
 
-    python3 benchmarks/kernel_build.py --label release --out OUT --sdist flash_attn-2.8.3.tar.gz \
-        --archs 120 --head-dims 32,64,96,128,192,256 --dtypes fp16,bf16 --backward 0 --max-jobs 16
+    python3 benchmarks/kernel_build.py --label release --out OUT --sdist flash_attn-2.8.3.tar.gz --max-jobs 16
+
+The flash-attn settings are the plan's build args, the ones the Dockerfile's flash-attn stage declares: from
+`--plan FILE` (the output of `build.py plan --json`, for a machine without this project's dependencies) or else
+resolved here for `--profile` (default release) and `--sglang`; `--archs`, `--head-dims`, `--dtypes`,
+`--backward`, `--cxx-std`, `--patches` and `--version` override one each (a variant to compare).
 
 Writes OUT/<label>.json. Needs psutil (the H200 lender's image has it). docs/kernel-build-sm120.md has the
 figures and the exact commands.
@@ -30,6 +34,20 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sm120 import build_args  # noqa: E402 (standard library only: runs where pydantic is absent)
+
+# Option -> the build arg it overrides.
+OVERRIDES = {
+    "version": "FLASH_ATTN_VERSION",
+    "archs": "FLASH_ATTN_CUDA_ARCHS",
+    "head_dims": "FLASH_ATTN_HEAD_DIMS",
+    "dtypes": "FLASH_ATTN_DTYPES",
+    "backward": "FLASH_ATTN_BACKWARD",
+    "cxx_std": "CXX_STD",
+    "patches": "FLASH_ATTN_PATCHES",
+}
 KINDS = ("nvcc", "cicc", "ptxas", "cudafe++", "cc1plus", "fatbinary", "nvlink", "ninja", "ld")
 SOURCE = re.compile(r"(?:^|/)([\w.+-]+\.(?:cu|cpp))$")
 
@@ -157,34 +175,47 @@ def _inspect_wheel(wheel: Path, python: str) -> dict[str, object]:
     return info
 
 
+def plan_build_args(plan: Path | None, profile: str, sglang: str | None) -> dict[str, str]:
+    """The plan's build args: from a `build.py plan --json` file, or resolved from build.toml here."""
+    if plan is not None:
+        return json.loads(plan.read_text())["build_args"]
+    from sm120 import config, resources
+    from sm120 import plan as planmod
+
+    return planmod.resolve(config.load(), profile=profile, sglang=sglang, machine=resources.detect()).build_args
+
+
+def stage_args(args: argparse.Namespace) -> dict[str, str]:
+    """What the Dockerfile's flash-attn stage gets from the plan, with this run's overrides."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    stage = build_args.stage_env(plan_build_args(args.plan, args.profile, args.sglang), dockerfile, "flash-attn")
+    for option, name in OVERRIDES.items():
+        if getattr(args, option) is not None:
+            stage[name] = getattr(args, option)
+    return stage
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--label", required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--sdist", type=Path, required=True)
-    ap.add_argument("--version", default="2.8.3")
-    ap.add_argument("--archs", default="120")
-    ap.add_argument("--head-dims", default="32,64,96,128,192,256")
-    ap.add_argument("--dtypes", default="fp16,bf16")
-    ap.add_argument("--backward", default="0")
-    ap.add_argument("--cxx-std", default="17")
+    ap.add_argument("--plan", type=Path, help="a `build.py plan --json` output to take the build args from")
+    ap.add_argument("--profile", default="release", help="else: resolve the plan of this profile here")
+    ap.add_argument("--sglang", help="and this SGLang track (default: build.toml's)")
+    for option in OVERRIDES:
+        ap.add_argument("--" + option.replace("_", "-"), help=f"override the plan's {OVERRIDES[option]}")
     ap.add_argument("--max-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--nvcc-threads", type=int, default=1)
-    ap.add_argument("--patches", default="patches/flash-attn/2.8.3/kernel-subset.patch")
     args = ap.parse_args()
+    stage = stage_args(args)
 
     args.out.mkdir(parents=True, exist_ok=True)
     wheels = Path(tempfile.mkdtemp(prefix="fa-wheels-"))
     env = dict(
         os.environ,
-        FLASH_ATTN_VERSION=args.version,
-        FLASH_ATTN_CUDA_ARCHS=args.archs,
-        FLASH_ATTN_HEAD_DIMS=args.head_dims,
-        FLASH_ATTN_DTYPES=args.dtypes,
-        FLASH_ATTN_BACKWARD=args.backward,
-        FLASH_ATTN_PATCHES=args.patches,
+        **stage,
         FLASH_ATTN_SDIST=str(args.sdist.resolve()),
-        CXX_STD=args.cxx_std,
         MAX_JOBS=str(args.max_jobs),
         NVCC_THREADS=str(args.nvcc_threads),
         OUT_DIR=str(wheels),
@@ -231,8 +262,9 @@ def main() -> int:
     result: dict[str, object] = {
         "label": args.label,
         "config": {
-            k: getattr(args, k)
-            for k in ("version", "archs", "head_dims", "dtypes", "backward", "cxx_std", "max_jobs", "nvcc_threads")
+            **{k: stage[OVERRIDES[k]] for k in ("version", "archs", "head_dims", "dtypes", "backward", "cxx_std")},
+            "max_jobs": args.max_jobs,
+            "nvcc_threads": args.nvcc_threads,
         },
         "exit_code": code,
         "wall_s": round(wall, 1),
