@@ -74,20 +74,20 @@ def markdown(results: Results) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, label in data["labels"].items():
-        sm = label["summary"]
-        sp = data["speedup"].get(name, {})
+        summary = label["summary"]
+        speedup = data["speedup"].get(name, {})
         runs = str(len(label["runs"]))
         if label["status"] == "failed":
             runs += " (failed)"
-        decode = sm.get("decode_tok_s")
+        decode = summary.get("decode_tok_s")
         decode_text = _mean_ci(decode)
         if decode:
             decode_text += f"<br>median {_fmt(decode['median'])}, {_fmt(decode['min'])}–{_fmt(decode['max'])}"
         lines.append(
-            f"| {name} | {runs} | {decode_text} | {_mean_ci(sm.get('e2e_tok_s'))} | "
-            f"{_mean_ci(sm.get('ttft_s'), 3)} | {_fmt((sm.get('completion_tokens') or {}).get('mean'), 0)} | "
-            f"{_mean_ci(sm.get('spec_accept_length'), 2)} | {_ratio(sp.get('decode_tok_s'))} | "
-            f"{_ratio(sp.get('e2e_tok_s'))} |"
+            f"| {name} | {runs} | {decode_text} | {_mean_ci(summary.get('e2e_tok_s'))} | "
+            f"{_mean_ci(summary.get('ttft_s'), 3)} | {_fmt((summary.get('completion_tokens') or {}).get('mean'), 0)} | "
+            f"{_mean_ci(summary.get('spec_accept_length'), 2)} | {_ratio(speedup.get('decode_tok_s'))} | "
+            f"{_ratio(speedup.get('e2e_tok_s'))} |"
         )
     gate = data.get("gate")
     if gate:
@@ -102,12 +102,12 @@ def markdown(results: Results) -> str:
             "| ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for point in grid["points"]:
-            sm = data["labels"].get(point["label"], {}).get("summary", {})
-            sp = data["speedup"].get(point["label"], {})
+            summary = data["labels"].get(point["label"], {}).get("summary", {})
+            speedup = data["speedup"].get(point["label"], {})
             mark = "best" if point["label"] == grid.get("best") else ("failed" if point.get("error") else "")
             lines.append(
-                f"| {point['steps']} | {point['topk']} | {point['draft']} | {_mean_ci(sm.get('decode_tok_s'))} | "
-                f"{_mean_ci(sm.get('spec_accept_length'), 2)} | {_ratio(sp.get('decode_tok_s'))} | {mark} |"
+                f"| {point['steps']} | {point['topk']} | {point['draft']} | {_mean_ci(summary.get('decode_tok_s'))} | "
+                f"{_mean_ci(summary.get('spec_accept_length'), 2)} | {_ratio(speedup.get('decode_tok_s'))} | {mark} |"
             )
     lines += ["", "| label | source | status |", "| --- | --- | --- |"]
     for name, label in data["labels"].items():

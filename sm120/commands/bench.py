@@ -232,22 +232,22 @@ def _gate(results: Results, minimum: float, figure: str, only: list[str] | None)
 def _print_summary(results: Results) -> None:
     data = results.to_dict()
     for name, label in data["labels"].items():
-        sm = label["summary"]
+        summary = label["summary"]
         parts = [f"{name:<20} {len(label['runs']):>3} runs"]
         for key, title, digits in (("decode_tok_s", "decode", 1), ("e2e_tok_s", "e2e", 1), ("ttft_s", "ttft", 3)):
-            if key in sm:
-                s = sm[key]
+            if key in summary:
+                s = summary[key]
                 ci = (
                     f" [{s['ci95_low']:.{digits}f}, {s['ci95_high']:.{digits}f}]"
                     if s.get("ci95_low") is not None
                     else ""
                 )
                 parts.append(f"{title} {s['mean']:.{digits}f}{ci}")
-        if "spec_accept_length" in sm:
-            parts.append(f"accept {sm['spec_accept_length']['mean']:.2f}")
-        sp = data["speedup"].get(name, {}).get("decode_tok_s")
-        if sp:
-            parts.append(f"speedup ×{sp['ratio']:.3f}")
+        if "spec_accept_length" in summary:
+            parts.append(f"accept {summary['spec_accept_length']['mean']:.2f}")
+        speedup = data["speedup"].get(name, {}).get("decode_tok_s")
+        if speedup:
+            parts.append(f"speedup ×{speedup['ratio']:.3f}")
         if label["status"] != "complete":
             parts.append(label["status"])
         print("  ".join(parts))

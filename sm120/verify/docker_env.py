@@ -63,9 +63,9 @@ class ImageInfo:
         return "python3"
 
 
-def inspect(dc: docker.DockerClient, tag: str) -> ImageInfo:
+def inspect(engine: docker.DockerClient, tag: str) -> ImageInfo:
     try:
-        image = dc.images.get(tag)
+        image = engine.images.get(tag)
     except docker.errors.ImageNotFound:
         raise NoSuchImage(f"no image {tag!r} in the local Docker Engine (see `docker images`)") from None
     except docker.errors.APIError as exc:
@@ -95,7 +95,7 @@ def new_run_id() -> str:
 
 
 def start(
-    dc: docker.DockerClient,
+    engine: docker.DockerClient,
     image: str,
     run_id: str,
     *,
@@ -113,7 +113,7 @@ def start(
         kwargs["entrypoint"] = list(entrypoint)
     if user is not None:
         kwargs["user"] = user
-    return dc.containers.run(
+    return engine.containers.run(
         image,
         command=list(command) if command is not None else None,
         detach=True,
@@ -136,13 +136,13 @@ def remove(container: Container) -> None:
             raise
 
 
-def run_containers(dc: docker.DockerClient, run_id: str | None = None) -> list[dict[str, Any]]:
+def run_containers(engine: docker.DockerClient, run_id: str | None = None) -> list[dict[str, Any]]:
     """Containers of one run (or of any run), from the list call alone (no per-container inspect to race with)."""
     label = f"{RUN_LABEL}={run_id}" if run_id else RUN_LABEL
-    return dc.api.containers(all=True, filters={"label": label})
+    return engine.api.containers(all=True, filters={"label": label})
 
 
-def remove_run(dc: docker.DockerClient, run_id: str, *, settle_s: float = 0.0) -> list[str]:
+def remove_run(engine: docker.DockerClient, run_id: str, *, settle_s: float = 0.0) -> list[str]:
     """Remove every container of a run; returns the names removed (empty when the suite cleaned up itself).
 
     A create request that was in flight when a run was interrupted can finish after a first listing: after an
@@ -150,10 +150,10 @@ def remove_run(dc: docker.DockerClient, run_id: str, *, settle_s: float = 0.0) -
     removed: list[str] = []
     quiet_since = time.monotonic()
     while True:
-        found = run_containers(dc, run_id)
+        found = run_containers(engine, run_id)
         for entry in found:
             try:
-                dc.api.remove_container(entry["Id"], force=True, v=True)
+                engine.api.remove_container(entry["Id"], force=True, v=True)
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:

@@ -78,10 +78,10 @@ def table(report: Report) -> str:
         rows.append(f"{name:<{width}}{report.expected.get(name, '?'):<12}{report.found.get(name, '?')}")
     if report.kernels:
         rows.append("")
-        lw = max(len(k["library"]) for k in report.kernels) + 2
-        rows.append(f"{'kernel library':<{lw}}SASS archs")
+        width = max(len(k["library"]) for k in report.kernels) + 2
+        rows.append(f"{'kernel library':<{width}}SASS archs")
         for k in report.kernels:
-            rows.append(f"{k['library']:<{lw}}{report_archs(k)}")
+            rows.append(f"{k['library']:<{width}}{report_archs(k)}")
     else:
         rows += ["", "kernel library SASS archs: ? (the kernel checks did not run)"]
     return "\n".join(rows)

@@ -29,8 +29,8 @@ SETTLE_S = 3.0  # after an interruption: how long no container of the run may ap
 def preflight(tag: str) -> tuple[Any, docker_env.ImageInfo]:
     """The engine answers, the image exists and carries this project's labels (else one line, exit 2)."""
     try:
-        dc = docker_env.client()
-        info = docker_env.inspect(dc, tag)
+        engine = docker_env.client()
+        info = docker_env.inspect(engine, tag)
     except (docker_env.DockerUnavailable, docker_env.NoSuchImage) as exc:
         raise UsageError(str(exc)) from None
     absent = labels.missing(info.labels)
@@ -45,7 +45,7 @@ def preflight(tag: str) -> tuple[Any, docker_env.ImageInfo]:
         raise UsageError(f"{tag}: {exc}") from None
     if not SUITE.is_dir():
         raise UsageError(f"the image suite {SUITE} is missing: run build.py from a full checkout")
-    return dc, info
+    return engine, info
 
 
 def _pytest_command(junit: Path, select: str | None, verbose: bool) -> list[str]:
@@ -67,7 +67,7 @@ def run(
     extra_env: dict[str, str] | None = None,
 ) -> int:
     out = out or sys.stdout
-    dc, _info = preflight(tag)
+    engine, _info = preflight(tag)
     run_id = docker_env.new_run_id()
     with tempfile.TemporaryDirectory(prefix="sm120-verify-") as scratch:
         junit_path = (junit or Path(scratch) / "junit.xml").resolve()
@@ -86,7 +86,7 @@ def run(
             status = _run_pytest(_pytest_command(junit_path, select, verbose), env)
             interrupted = status == 2
         finally:
-            left = docker_env.remove_run(dc, run_id, settle_s=SETTLE_S if interrupted else 0.0)
+            left = docker_env.remove_run(engine, run_id, settle_s=SETTLE_S if interrupted else 0.0)
             if left:
                 print(f"verify: removed {len(left)} container(s) the suite left behind: {', '.join(left)}", file=out)
         found = report.Report.load(report_path)
