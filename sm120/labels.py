@@ -5,7 +5,8 @@ build.toml for what an image holds, only what the image says about itself, so th
 track and profile. Writer and reader sit side by side here; tests/unit/test_plan_outputs.py parses what the writer
 writes for every profile and track.
 
-Every project label is `<namespace>.<key>`; the namespace is build.toml's [project] name (`namespace()`).
+Every project label is `<prefix>.<key>`; the prefix, the label namespace, is build.toml's [project] name
+(`namespace()`: the readers' default; the writer takes it from the config the plan was resolved from).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def kernels_text(head_dims: list[int], dtypes: list[str], backward: bool) -> str
 
 def write(plan: Plan, project: cfg.Project, image_version: str, revision: str | None) -> dict[str, str]:
     """The labels of the image `plan` builds (OCI annotations first, then the project's own)."""
-    ns = project.name
+    prefix = project.name
     archs = ",".join(sm(a) for a in plan.cuda_archs)
     flash_attn, sgl_kernel = plan.flash_attn, plan.sgl_kernel
     labels = {
@@ -72,28 +73,28 @@ def write(plan: Plan, project: cfg.Project, image_version: str, revision: str | 
         "org.opencontainers.image.version": image_version,
         "org.opencontainers.image.licenses": project.licenses,
         "org.opencontainers.image.base.name": plan.runtime_base_image,
-        f"{ns}.profile": plan.profile,
-        f"{ns}.sglang.version": plan.sglang_version,
-        f"{ns}.cuda.version": plan.cuda_version,
-        f"{ns}.cuda.archs": archs,
-        f"{ns}.python.version": plan.python_version,
-        f"{ns}.torch.version": plan.torch_version,
-        f"{ns}.torch.cuda": plan.torch_cuda,
-        f"{ns}.flashinfer.version": plan.flashinfer_version,
-        f"{ns}.flash-attn.version": plan.flash_attn_version,
-        f"{ns}.flash-attn.archs": archs,
-        f"{ns}.flash-attn.kernels": kernels_text(flash_attn.head_dims, flash_attn.dtypes, flash_attn.backward),
-        f"{ns}.sgl-kernel.package": sgl_kernel.package,
-        f"{ns}.sgl-kernel.version": sgl_kernel.version,
-        f"{ns}.sgl-kernel.cuda": sgl_kernel.cuda,
-        f"{ns}.sgl-kernel.archs": ",".join(sgl_kernel.archs),
-        f"{ns}.sgl-kernel.install": sgl_kernel.source,
-        f"{ns}.fixups": " ".join(f.requirement for f in plan.fixups) or "none",
-        f"{ns}.patches": ",".join(f"{p.name}@sha256:{p.sha256}" for p in plan.patches),
-        f"{ns}.stand-ins": " | ".join(plan.stand_ins) if plan.stand_ins else "none",
-        f"{ns}.user": plan.image.user,
-        f"{ns}.cache-dir": plan.image.cache_dir,
-        f"{ns}.port": str(plan.image.port),
+        f"{prefix}.profile": plan.profile,
+        f"{prefix}.sglang.version": plan.sglang_version,
+        f"{prefix}.cuda.version": plan.cuda_version,
+        f"{prefix}.cuda.archs": archs,
+        f"{prefix}.python.version": plan.python_version,
+        f"{prefix}.torch.version": plan.torch_version,
+        f"{prefix}.torch.cuda": plan.torch_cuda,
+        f"{prefix}.flashinfer.version": plan.flashinfer_version,
+        f"{prefix}.flash-attn.version": plan.flash_attn_version,
+        f"{prefix}.flash-attn.archs": archs,
+        f"{prefix}.flash-attn.kernels": kernels_text(flash_attn.head_dims, flash_attn.dtypes, flash_attn.backward),
+        f"{prefix}.sgl-kernel.package": sgl_kernel.package,
+        f"{prefix}.sgl-kernel.version": sgl_kernel.version,
+        f"{prefix}.sgl-kernel.cuda": sgl_kernel.cuda,
+        f"{prefix}.sgl-kernel.archs": ",".join(sgl_kernel.archs),
+        f"{prefix}.sgl-kernel.install": sgl_kernel.source,
+        f"{prefix}.fixups": " ".join(f.requirement for f in plan.fixups) or "none",
+        f"{prefix}.patches": ",".join(f"{p.name}@sha256:{p.sha256}" for p in plan.patches),
+        f"{prefix}.stand-ins": " | ".join(plan.stand_ins) if plan.stand_ins else "none",
+        f"{prefix}.user": plan.image.user,
+        f"{prefix}.cache-dir": plan.image.cache_dir,
+        f"{prefix}.port": str(plan.image.port),
     }
     if revision:
         labels["org.opencontainers.image.revision"] = revision
@@ -128,7 +129,7 @@ class Kernels:
     backward: bool
 
 
-def parse_kernels(text: str, ns: str | None = None) -> Kernels:
+def parse_kernels(text: str, prefix: str | None = None) -> Kernels:
     fields = dict(part.split("=", 1) for part in text.split(";") if "=" in part)
     try:
         return Kernels(
@@ -138,7 +139,7 @@ def parse_kernels(text: str, ns: str | None = None) -> Kernels:
         )
     except (KeyError, ValueError):
         raise LabelError(
-            f"{ns or namespace()}.flash-attn.kernels: {text!r} is not head_dims=..;dtypes=..;backward=on|off"
+            f"{prefix or namespace()}.flash-attn.kernels: {text!r} is not head_dims=..;dtypes=..;backward=on|off"
         ) from None
 
 
@@ -183,34 +184,34 @@ class Expect:
         }
 
 
-def missing(labels: Mapping[str, str] | None, ns: str | None = None) -> list[str]:
+def missing(labels: Mapping[str, str] | None, prefix: str | None = None) -> list[str]:
     """The required labels `labels` lacks, by full name."""
-    ns = ns or namespace()
+    prefix = prefix or namespace()
     labels = labels or {}
-    return [f"{ns}.{key}" for key in REQUIRED if f"{ns}.{key}" not in labels]
+    return [f"{prefix}.{key}" for key in REQUIRED if f"{prefix}.{key}" not in labels]
 
 
-def parse(labels: Mapping[str, str] | None, ns: str | None = None) -> Expect:
+def parse(labels: Mapping[str, str] | None, prefix: str | None = None) -> Expect:
     """An image's labels as what it promises; LabelError names the first label missing or malformed."""
-    ns = ns or namespace()
+    prefix = prefix or namespace()
     labels = labels or {}
-    absent = missing(labels, ns)
+    absent = missing(labels, prefix)
     if absent:
         raise LabelError(f"the image has no label {', '.join(absent)}")
 
     def get(key: str) -> str:
-        return labels[f"{ns}.{key}"].strip()
+        return labels[f"{prefix}.{key}"].strip()
 
     patches = []
     for entry in _split(get("patches")):
         name, sep, digest = entry.partition("@sha256:")
         if not sep or not name or len(digest) != 64:
-            raise LabelError(f"{ns}.patches: {entry!r} is not NAME@sha256:HEX")
+            raise LabelError(f"{prefix}.patches: {entry!r} is not NAME@sha256:HEX")
         patches.append(Patch(name, digest))
     try:
         port = int(get("port"))
     except ValueError:
-        raise LabelError(f"{ns}.port: {get('port')!r} is not a port number") from None
+        raise LabelError(f"{prefix}.port: {get('port')!r} is not a port number") from None
     return Expect(
         profile=get("profile"),
         sglang=get("sglang.version"),
@@ -222,7 +223,7 @@ def parse(labels: Mapping[str, str] | None, ns: str | None = None) -> Expect:
         flashinfer=get("flashinfer.version"),
         flash_attn=get("flash-attn.version"),
         flash_attn_archs=_split(get("flash-attn.archs")),
-        flash_attn_kernels=parse_kernels(get("flash-attn.kernels"), ns),
+        flash_attn_kernels=parse_kernels(get("flash-attn.kernels"), prefix),
         sgl_kernel_package=get("sgl-kernel.package"),
         sgl_kernel=get("sgl-kernel.version"),
         sgl_kernel_archs=_split(get("sgl-kernel.archs")),
@@ -230,5 +231,5 @@ def parse(labels: Mapping[str, str] | None, ns: str | None = None) -> Expect:
         user=get("user"),
         cache_dir=get("cache-dir"),
         port=port,
-        stand_ins=labels.get(f"{ns}.stand-ins", "none"),
+        stand_ins=labels.get(f"{prefix}.stand-ins", "none"),
     )
