@@ -35,8 +35,13 @@ INDEX = os.environ.get("SGLANG_SM120_PYPI", "https://pypi.org/pypi")
 TIMEOUT = (10, 120)
 
 
+def cache_home() -> Path:
+    """This project's cache directory (PyPI downloads here, the T1 venvs of tests/upstream): SGLANG_SM120_CACHE."""
+    return Path(os.environ.get("SGLANG_SM120_CACHE", "~/.cache/sglang-sm120")).expanduser()
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("SGLANG_SM120_CACHE", "~/.cache/sglang-sm120")).expanduser() / "pypi"
+    return cache_home() / "pypi"
 
 
 def parse_version(text: str) -> Version:

@@ -25,8 +25,10 @@ from tqdm import tqdm
 from ..docker_client import connect as docker_connect
 from ..docker_client import describe
 from ..errors import CheckFailed, UsageError
+from ..labels import namespace
 from .client import ServerUnreachable
 
+BENCH_LABEL = f"{namespace()}.bench"  # on every container `bench --image` starts: its label (mode or grid point)
 MODELS_MOUNT = "/models"  # where --models DIR appears in the container (the README's `-v /models:/models`)
 HEALTH_POLL_S = 2.0
 STOP_TIMEOUT_S = 30
@@ -207,7 +209,7 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
     if spec.models_dir is not None:
         volumes[str(spec.models_dir.resolve())] = {"bind": MODELS_MOUNT, "mode": "ro"}
     volumes.update(spec.extra_volumes)
-    name = f"sglang-sm120-bench-{re.sub(r'[^a-zA-Z0-9_.-]', '-', spec.label)}-{os.getpid()}"
+    name = f"{namespace()}-bench-{re.sub(r'[^a-zA-Z0-9_.-]', '-', spec.label)}-{os.getpid()}"
     container = None
     started = time.monotonic()
     with sigterm_as_interrupt():
@@ -224,7 +226,7 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
                     ipc_mode="host",
                     volumes=volumes,
                     ports={f"{spec.port}/tcp": ("127.0.0.1", None)},
-                    labels={"sglang-sm120.bench": spec.label, **spec.labels},
+                    labels={BENCH_LABEL: spec.label, **spec.labels},
                 )
             except docker.errors.DockerException as exc:
                 # containers.run creates, then starts: a failed start (no GPU runtime, say) leaves it created.

@@ -21,9 +21,9 @@ from docker.models.containers import Container
 
 import docker
 
-from .. import docker_client
+from .. import docker_client, labels
 
-RUN_LABEL = "sglang-sm120.verify"
+RUN_LABEL = f"{labels.namespace()}.verify"
 
 
 class DockerUnavailable(RuntimeError):

@@ -42,6 +42,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from sm120 import config as cfg
+from sm120 import pypi
 from sm120.errors import CheckFailed, UsageError
 
 # Bump when the way a venv is built changes: every cached venv is then rebuilt once.
@@ -85,12 +86,8 @@ class UpstreamEnvError(CheckFailed):
     """The venv for a release could not be built or does not import (one line; exit 1)."""
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("SGLANG_SM120_CACHE", "~/.cache/sglang-sm120")).expanduser()
-
-
 def env_dir(version: str) -> Path:
-    return cache_root() / "upstream" / version
+    return pypi.cache_home() / "upstream" / version
 
 
 def _base_python() -> str:
