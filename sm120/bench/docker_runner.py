@@ -28,7 +28,12 @@ from ..errors import CheckFailed, UsageError
 from ..labels import namespace
 from .client import ServerUnreachable
 
-BENCH_LABEL = f"{namespace()}.bench"  # on every container `bench --image` starts: its label (mode or grid point)
+
+def bench_label() -> str:
+    """The label on every container `bench --image` starts (its value: the mode or grid point)."""
+    return f"{namespace()}.bench"
+
+
 MODELS_MOUNT = "/models"  # where --models DIR appears in the container (the README's `-v /models:/models`)
 HEALTH_POLL_S = 2.0
 STOP_TIMEOUT_S = 30
@@ -226,7 +231,7 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
                     ipc_mode="host",
                     volumes=volumes,
                     ports={f"{spec.port}/tcp": ("127.0.0.1", None)},
-                    labels={BENCH_LABEL: spec.label, **spec.labels},
+                    labels={bench_label(): spec.label, **spec.labels},
                 )
             except docker.errors.DockerException as exc:
                 # containers.run creates, then starts: a failed start (no GPU runtime, say) leaves it created.

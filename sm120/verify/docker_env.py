@@ -23,7 +23,10 @@ import docker
 
 from .. import docker_client, labels
 
-RUN_LABEL = f"{labels.namespace()}.verify"
+
+def run_label() -> str:
+    """The label on every container the suite starts (its value: the run id)."""
+    return f"{labels.namespace()}.verify"
 
 
 class DockerUnavailable(RuntimeError):
@@ -118,7 +121,7 @@ def start(
         command=list(command) if command is not None else None,
         detach=True,
         network_mode="none",
-        labels={RUN_LABEL: run_id},
+        labels={run_label(): run_id},
         environment=dict(environment or {}),
         name=f"sm120-verify-{run_id}-{name_hint}-{uuid.uuid4().hex[:4]}",
         **kwargs,
@@ -138,7 +141,7 @@ def remove(container: Container) -> None:
 
 def run_containers(engine: docker.DockerClient, run_id: str | None = None) -> list[dict[str, Any]]:
     """Containers of one run (or of any run), from the list call alone (no per-container inspect to race with)."""
-    label = f"{RUN_LABEL}={run_id}" if run_id else RUN_LABEL
+    label = f"{run_label()}={run_id}" if run_id else run_label()
     return engine.api.containers(all=True, filters={"label": label})
 
 

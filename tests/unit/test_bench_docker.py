@@ -61,7 +61,7 @@ def _has_python(dc, image: str) -> bool:
     import docker
 
     probe = dc.containers.create(
-        image, ["python3", "-c", "print(1)"], entrypoint=[], labels={docker_runner.BENCH_LABEL: "probe"}
+        image, ["python3", "-c", "print(1)"], entrypoint=[], labels={docker_runner.bench_label(): "probe"}
     )
     try:
         probe.start()
@@ -91,7 +91,7 @@ def spec(image: str, label: str, entrypoint: list[str]) -> docker_runner.Contain
 
 
 def leftovers(dc, label: str) -> list:
-    return dc.containers.list(all=True, filters={"label": f"{docker_runner.BENCH_LABEL}={label}"})
+    return dc.containers.list(all=True, filters={"label": f"{docker_runner.bench_label()}={label}"})
 
 
 def test_the_stand_in_serves_from_a_container_and_the_container_is_removed(engine, tmp_path):
