@@ -1,7 +1,9 @@
 """The resolved build plan: build.toml + a profile + an SGLang track + this machine, in one object.
 
 Everything downstream (the Docker build args and labels, the patch series, the entrypoint's presets, the
-image checks, the workflows) reads this plan, never its own copy of a version or an arch.
+image checks, the workflows) reads this plan, never its own copy of a version or an arch. The plan's types are in
+sm120/plan_types.py; the formats written from it in sm120/build_args.py and sm120/labels.py
+(docs/architecture.md has the whole flow).
 """
 
 from __future__ import annotations
