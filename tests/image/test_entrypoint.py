@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sm120.plan_types import PLAN_JSON_PATH
 from sm120.verify import docker_env
 from tests import entrypoint_helpers as eh
 
@@ -32,7 +33,7 @@ def models(box, image_uid, tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def baked_plan(root_host) -> dict:
-    return json.loads(root_host.file("/etc/sglang-sm120/plan.json").content_string)
+    return json.loads(root_host.file(PLAN_JSON_PATH).content_string)
 
 
 def entrypoint(box, image, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sm120.plan_types import PLAN_JSON_PATH
 from tests.entrypoint_helpers import (
     clean_env,
     eagle3_draft,
@@ -363,13 +364,13 @@ def test_broken_plan_names_the_key(env, tmp_path):
 
 
 def test_the_image_plan_missing_is_an_image_error(env):
-    # Without SM120_PLAN the entrypoint reads /etc/sglang-sm120/plan.json: absent here, so a broken image (1).
+    # Without SM120_PLAN the entrypoint reads the image's plan.json: absent here, so a broken image (1).
     run_env = {k: v for k, v in env.items() if k != "SM120_PLAN"}
-    if Path("/etc/sglang-sm120/plan.json").exists():
-        pytest.skip("this machine has an image plan at /etc/sglang-sm120/plan.json")
+    if Path(PLAN_JSON_PATH).exists():
+        pytest.skip(f"this machine has an image plan at {PLAN_JSON_PATH}")
     proc = run_entrypoint(["--dry-run"], run_env)
     assert proc.returncode == 1
-    assert "the image's plan /etc/sglang-sm120/plan.json: no such file" in proc.stderr
+    assert f"the image's plan {PLAN_JSON_PATH}: no such file" in proc.stderr
 
 
 # --------------------------------------------------------------------------------------------------
