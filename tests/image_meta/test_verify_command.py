@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from sm120 import config as cfg
-from sm120 import patching, pypi
-from sm120.verify import docker_env, labels, report
+from sm120 import labels, patching, pypi
+from sm120.verify import docker_env, report
 from tests.helpers import ROOT, run_build_py
 
 IMAGE = os.environ.get("SM120_IMAGE", "").strip()
@@ -188,4 +188,4 @@ def test_an_image_without_the_projects_labels_is_exit_2(dc, derived):
     proc = run_build_py("verify", "--image", tag)
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert "lacks the labels sglang-sm120." in line and "build.py build" in line
+    assert f"lacks the labels {labels.namespace()}." in line and "build.py build" in line
