@@ -162,6 +162,24 @@ def test_the_cache_volume_is_writable_by_the_image_user_and_models_read_only(sta
     assert proc.stdout.split() == [str(PLAN.image["uid"]), "ok", "models-read-only"], proc.stdout
 
 
+def test_without_the_override_the_gpu_reservation_reaches_the_engine(compose, settings, dc):
+    """compose.yaml alone asks the engine for every GPU: one without the NVIDIA runtime refuses the container.
+    (That a GPU host grants it is T4.)"""
+    if "nvidia" in (dc.info().get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime: the reservation would be granted (T4)")
+    project = f"{settings.project}-gpus"
+    extra = {"CACHE_VOLUME": f"{project}-cache"}
+    try:
+        proc = run_compose(
+            compose, settings.env_file, [COMPOSE_FILE], project, "run", "--rm", "-T", "--entrypoint", "true", SERVICE,
+            extra_env=extra,
+        )  # fmt: skip
+    finally:
+        run_compose(compose, settings.env_file, [COMPOSE_FILE], project, "down", "-v", extra_env=extra)
+    assert proc.returncode != 0
+    assert 'could not select device driver "nvidia" with capabilities: [[gpu]]' in proc.stderr, proc.stderr
+
+
 def test_eagle3_dry_run_through_compose_prints_the_command_from_the_env(compose, settings, image):
     """The real entrypoint (compose.yaml + no-gpu.yaml only), through `docker compose run`."""
     project = f"{settings.project}-dry-run"
