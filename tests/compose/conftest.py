@@ -36,7 +36,8 @@ NO_GPU = HERE / "no-gpu.yaml"
 STANDIN = HERE / "standin.yaml"
 SERVICE = "sglang"
 
-_ASSIGNMENT = re.compile(r"^\s*(?:#\s*)?([A-Z][A-Z0-9_]*)=(.*)$")
+# `NAME=value` or `# NAME=value`: a value is one word or one quoted string (prose such as "# set X=1 to ..." is not).
+_ASSIGNMENT = re.compile(r"""^\s*(?:#\s*)?([A-Z][A-Z0-9_]*)=("[^"]*"|'[^']*'|[^\s"']*)\s*$""")
 _VERSION = re.compile(r"(\d+)\.(\d+)")
 
 

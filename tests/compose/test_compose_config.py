@@ -14,6 +14,7 @@ from sm120 import config as cfg
 from sm120 import plan as planmod
 from tests import entrypoint_helpers as eh
 from tests.compose.conftest import (
+    _ASSIGNMENT,
     COMPOSE_FILE,
     ENV_EXAMPLE,
     NO_GPU,
@@ -183,3 +184,8 @@ def test_no_image_tag_or_version_is_written_in_a_compose_file(path):
     for tag in {planmod.resolve(cfg.load(), profile=p).tags[0] for p in cfg.load().profiles}:
         assert tag not in text, f"{path.name} names the tag {tag}: it comes from .env (the plan's)"
     assert not re.search(r"sglang-sm120:\d", text), f"{path.name} names an image tag"
+
+
+def test_each_setting_has_one_line_in_the_example():
+    names = [m[1] for line in ENV_EXAMPLE.read_text().splitlines() if (m := _ASSIGNMENT.match(line))]
+    assert len(names) == len(set(names)), f"a setting has two lines: {sorted(n for n in names if names.count(n) > 1)}"

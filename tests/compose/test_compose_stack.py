@@ -90,8 +90,8 @@ def test_the_image_healthcheck_turns_the_service_healthy(stack, dc, image):
     assert state["Status"] == "healthy"
     assert any(e["ExitCode"] == 0 for e in state["Log"]), state["Log"]
     # The probe ran the image's command: python3 ... urlopen(http://127.0.0.1:$PORT/health).
-    top = stack.sglang.top(ps_args="-eo args")["Processes"]
-    assert any("bench_standin.py eagle3" in " ".join(p) for p in top), top
+    top = stack.sglang.top(ps_args="-eo pid,args")["Processes"]
+    assert any(p[1].startswith("python3 /standin/bench_standin.py") and p[1].endswith(" eagle3") for p in top), top
 
 
 def test_a_client_waits_for_service_healthy(stack):
@@ -110,16 +110,17 @@ def test_bench_measures_through_the_published_port(stack, docker_services, setti
     assert {b["HostIp"] for b in bindings} == {"127.0.0.1"}, f"published beyond loopback: {bindings}"
     out = tmp_path / "bench"
     argv = [sys.executable, str(ROOT / "build.py"), "bench", "--endpoint", f"http://127.0.0.1:{published}"]
-    argv += ["--label", "eagle3", "--out", str(out), "--runs", "2", "--warmup", "0", "--max-tokens", "13"]
+    argv += ["--label", "eagle3", "--out", str(out), "--runs", "2", "--warmup", "0", "--max-tokens", "25"]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
     runs = json.loads((out / "bench.json").read_text())["labels"]["eagle3"]["runs"]
     assert len(runs) == 2
-    # The stand-in's eagle3 defaults: 350 ms to the first token, 80 tok/s in bursts of 3.
+    # The stand-in's eagle3 defaults: 350 ms to the first token, then bursts of 3 tokens at 80 tok/s. Exact: the
+    # token counts; bounded by the stand-in's pace: it is never faster (a loaded 2-core host makes it slower).
     for run in runs:
-        assert 0.35 <= run["ttft_s"] <= 0.45, run
-        assert run["decode_tok_s"] == pytest.approx(80.0, rel=0.05), run
-        assert run["completion_tokens"] == 13 and run["spec_verify_ct"] == 4, run
+        assert run["completion_tokens"] == 25 and run["spec_verify_ct"] == 8, run
+        assert 0.35 <= run["ttft_s"] <= 1.0, run
+        assert 40.0 <= run["decode_tok_s"] <= 80.0 * 1.03, run
 
 
 def test_the_settings_reach_the_container(stack, settings):
@@ -129,7 +130,12 @@ def test_the_settings_reach_the_container(stack, settings):
     assert host["RestartPolicy"]["Name"] == "no"  # RESTART=no in the test's .env
     assert not host.get("DeviceRequests"), "no-gpu.yaml must drop the GPU reservation"
     assert attrs["Config"]["StopTimeout"] == 120, "stop_grace_period 120s, also for a plain `docker stop`"
-    env = dict(item.split("=", 1) for item in attrs["Config"]["Env"])
+    # The server's own environment: Config.Env also lists a name without a value (NAME, unset in .env), which
+    # the engine leaves out of the process's environment.
+    code = "import json, os; print(json.dumps(dict(os.environ)))"
+    result = stack.sglang.exec_run(["python3", "-c", code])
+    assert result.exit_code == 0, result.output
+    env = json.loads(result.output)
     v = settings.values
     for name in ("PORT", "MODEL_PATH", "DRAFT_MODEL_PATH", "TP_SIZE", "SPEC_NUM_STEPS", "EXTRA_ARGS"):
         assert env.get(name) == v[name], f"{name}: {env.get(name)!r} in the container, {v[name]!r} in .env"
