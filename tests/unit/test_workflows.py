@@ -355,14 +355,16 @@ def test_gpu_benchmark_runs_bench_on_an_sm120_runner():
     assert "self-hosted" in bench["runs-on"] and any("sm120" in label for label in bench["runs-on"])
     script = " ".join(_runs(bench))
     for needle in (
-        "build.py bench",
-        "--image",
-        "--modes",
-        "--models",
+        "docker compose -f compose.yaml",  # the compose file users run (tests/compose checks it)
+        "up -d --wait",
+        "build.py bench --endpoint",
         "--min-speedup",
         "GITHUB_STEP_SUMMARY",
         "bench.md",
     ):
         assert needle in script, needle
+    assert {"SGLANG_IMAGE", "MODELS_DIR"} <= set(bench["env"]), "compose.yaml's image and weights come from the job"
+    stop = [s for s in bench["steps"] if " down" in s.get("run", "")]
+    assert stop and stop[-1].get("if") == "always()", "a cancelled run must not leave the server on the GPUs"
     uploads = [s for s in bench["steps"] if "upload-artifact" in s.get("uses", "")]
     assert uploads and all(name in uploads[0]["with"]["path"] for name in ("bench.json", "bench.md", "bench.png"))

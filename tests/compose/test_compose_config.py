@@ -1,0 +1,191 @@
+"""compose.yaml and .env.example as `docker compose config` resolves them (no engine, no image needed): the
+settings the issue asks for, the plan's values, and an example env file that lists every variable the entrypoint
+reads and every variable compose.yaml reads."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from sm120 import config as cfg
+from sm120 import plan as planmod
+from tests import entrypoint_helpers as eh
+from tests.compose.conftest import (
+    _ASSIGNMENT,
+    COMPOSE_FILE,
+    ENV_EXAMPLE,
+    NO_GPU,
+    ROOT,
+    SERVICE,
+    STANDIN,
+    example_assignments,
+    render_env,
+    run_compose,
+)
+
+PLAN = planmod.resolve(cfg.load())
+PROJECT = "sm120-compose-config"
+# The example's section for what the entrypoint reads but compose.yaml does not pass.
+NOT_PASSED_HEADING = "Read by the entrypoint, but not set from here"
+
+
+def resolved(compose, tmp_path: Path, values: dict[str, str] | None = None, files=None, **extra_env: str) -> dict:
+    env_file = tmp_path / "example.env"
+    env_file.write_text(render_env(values or {}))
+    proc = run_compose(
+        compose, env_file, files or [COMPOSE_FILE], PROJECT, "config", "--format", "json", extra_env=extra_env
+    )
+    assert proc.returncode == 0, f"`compose config` failed:\n{proc.stderr}"
+    return json.loads(proc.stdout)
+
+
+def entrypoint_variables() -> set[str]:
+    """Every variable the entrypoint reads: the sources' environ["X"] / environ.get("X") / _env(environ, "X"), its
+    variable table, the cache directories it checks, and the variables of every track's runtime rules."""
+    command = eh.entrypoint_module("command")
+    preflight = eh.entrypoint_module("preflight")
+    names = {v.name for v in command.VARIABLES} | set(preflight.CACHE_VARIABLES)
+    read = re.compile(r"""environ(?:\.get\(|\[|,\s*)\s*["']([A-Z][A-Z0-9_]*)["']""")
+    for path in [*sorted((ROOT / "docker").glob("entrypoint/**/*.py")), ROOT / "docker" / "entrypoint.py"]:
+        names |= set(read.findall(path.read_text()))
+    config = cfg.load()
+    for track in config.tracks:
+        plan = planmod.resolve(config, sglang=track)
+        for rule in plan.entrypoint["runtime"]:
+            names |= set(rule["env"])
+    return names
+
+
+def not_passed_section() -> set[str]:
+    text = ENV_EXAMPLE.read_text()
+    assert NOT_PASSED_HEADING in text, f".env.example lacks its section '{NOT_PASSED_HEADING}'"
+    section = text.split(NOT_PASSED_HEADING, 1)[1]
+    return set(re.findall(r"\b[A-Z][A-Z0-9_]{2,}\b", section))
+
+
+def test_compose_config_accepts_the_file_with_the_example_env(compose, tmp_path):
+    data = resolved(compose, tmp_path)
+    assert list(data["services"]) == [SERVICE], "one service for the image"
+    svc = data["services"][SERVICE]
+    example = example_assignments()
+    assert svc["image"] == example["SGLANG_IMAGE"]
+    assert svc["command"] == [example["MODE"]] == ["baseline"]
+    assert svc["ipc"] == "host"
+    assert svc["restart"] == "unless-stopped"
+    assert "healthcheck" not in svc, "compose.yaml must leave the image's HEALTHCHECK alone"
+
+
+def test_every_gpu_is_reserved(compose, tmp_path):
+    devices = resolved(compose, tmp_path)["services"][SERVICE]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"capabilities": ["gpu"], "driver": "nvidia", "count": -1}], devices  # -1 = all
+
+
+def test_the_mode_is_chosen_by_an_env_variable(compose, tmp_path):
+    assert resolved(compose, tmp_path, {"MODE": "eagle3"})["services"][SERVICE]["command"] == ["eagle3"]
+    # The shell wins over .env: `MODE=eagle3 docker compose up -d`.
+    assert resolved(compose, tmp_path, MODE="eagle3")["services"][SERVICE]["command"] == ["eagle3"]
+
+
+def test_models_read_only_cache_volume_and_port_follow_the_plan(compose, tmp_path):
+    data = resolved(compose, tmp_path)
+    svc = data["services"][SERVICE]
+    models = next(v for v in svc["volumes"] if v["target"] == "/models")
+    assert models["type"] == "bind" and models["read_only"] is True
+    assert models["source"] == example_assignments()["MODELS_DIR"]
+    cache = next(v for v in svc["volumes"] if v["type"] == "volume")
+    assert cache["target"] == PLAN.image["cache_dir"], "the cache volume must sit on the image's cache directory"
+    assert data["volumes"][cache["source"]]["name"] == "sglang-cache"
+    (port,) = svc["ports"]
+    port_number = PLAN.image["port"]
+    assert (port["host_ip"], int(port["published"]), port["target"]) == ("127.0.0.1", port_number, port_number)
+    assert svc["environment"]["PORT"] == str(PLAN.image["port"])
+
+
+def test_port_and_publishing_follow_the_env(compose, tmp_path):
+    svc = resolved(compose, tmp_path, {"PORT": "31000", "HOST_PORT": "8080", "BIND_ADDRESS": "0.0.0.0"})["services"][
+        SERVICE
+    ]
+    (port,) = svc["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == ("0.0.0.0", "8080", 31000)
+    assert svc["environment"]["PORT"] == "31000", "the HEALTHCHECK reads PORT: it must be the port SGLang uses"
+
+
+def test_the_stop_grace_period_covers_sglangs_drain(compose, tmp_path):
+    # SGLang 0.5.9/0.5.23 (tokenizer_manager.sigterm_watchdog) notices SIGTERM within 5 s and re-checks the
+    # requests in flight every 5 s: Docker's default 10 s would SIGKILL it mid-drain.
+    assert resolved(compose, tmp_path)["services"][SERVICE]["stop_grace_period"] == "2m0s"
+    assert resolved(compose, tmp_path, {"STOP_GRACE_PERIOD": "30s"})["services"][SERVICE]["stop_grace_period"] == "30s"
+
+
+def test_a_missing_image_or_models_dir_is_named(compose, tmp_path):
+    for name in ("SGLANG_IMAGE", "MODELS_DIR"):
+        template = "\n".join(line for line in ENV_EXAMPLE.read_text().splitlines() if not line.startswith(f"{name}="))
+        env_file = tmp_path / f"no-{name}.env"
+        env_file.write_text(template + "\n")
+        proc = run_compose(compose, env_file, [COMPOSE_FILE], PROJECT, "config")
+        assert proc.returncode != 0
+        assert name in proc.stderr and ".env" in proc.stderr, proc.stderr
+
+
+def test_the_example_image_is_the_plans_tag():
+    assert example_assignments()["SGLANG_IMAGE"] == PLAN.tags[0], (
+        f".env.example's SGLANG_IMAGE is not the plan's tag {PLAN.tags[0]} (`build.py plan --json`: tags[0])"
+    )
+
+
+def test_the_example_lists_every_variable_the_entrypoint_reads(compose, tmp_path):
+    names = entrypoint_variables()
+    assert {"MODEL_PATH", "SM120_PLAN", "CUDA_VISIBLE_DEVICES", "SGLANG_ENABLE_JIT_DEEPGEMM"} <= names  # the scan works
+    text = ENV_EXAMPLE.read_text()
+    absent = sorted(n for n in names if not re.search(rf"\b{n}\b", text))
+    assert not absent, f".env.example does not mention {absent}"
+    passed = set(resolved(compose, tmp_path)["services"][SERVICE]["environment"])
+    not_passed = not_passed_section()
+    assert not passed & not_passed, f"listed as not passed, but compose.yaml passes {sorted(passed & not_passed)}"
+    unexplained = sorted(names - passed - not_passed)
+    assert not unexplained, f"compose.yaml does not pass {unexplained}, and .env.example does not say why"
+    assignable = example_assignments()
+    lacking = sorted(passed - set(assignable))
+    assert not lacking, f"compose.yaml passes {lacking}, but .env.example has no NAME= line for them"
+
+
+def test_the_example_sets_every_variable_compose_yaml_reads():
+    used = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", COMPOSE_FILE.read_text()))
+    assert {"SGLANG_IMAGE", "MODE", "MODELS_DIR", "PORT"} <= used
+    lacking = sorted(used - set(example_assignments()))
+    assert not lacking, f"compose.yaml reads {lacking}, but .env.example has no line for them"
+
+
+def test_every_example_line_is_commented():
+    """Each NAME= line of the example has a comment line right above it or belongs to a commented group."""
+    lines = ENV_EXAMPLE.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^[A-Z][A-Z0-9_]*=", line):
+            above = lines[i - 1] if i else ""
+            assert above.startswith("#"), f".env.example line {i + 1} ({line}) has no comment above it"
+
+
+def test_the_test_overrides_drop_only_the_gpu_reservation(compose, tmp_path):
+    plain = resolved(compose, tmp_path)["services"][SERVICE]
+    no_gpu = resolved(compose, tmp_path, files=[COMPOSE_FILE, NO_GPU])["services"][SERVICE]
+    assert "deploy" in plain and "deploy" not in no_gpu
+    assert {k: v for k, v in plain.items() if k != "deploy"} == no_gpu
+    stack = resolved(compose, tmp_path, files=[COMPOSE_FILE, NO_GPU, STANDIN])["services"]
+    assert "test" not in stack[SERVICE]["healthcheck"], "the override must keep the image's HEALTHCHECK command"
+    assert stack["client"]["depends_on"][SERVICE]["condition"] == "service_healthy"
+
+
+@pytest.mark.parametrize("path", [COMPOSE_FILE, NO_GPU, STANDIN], ids=lambda p: p.name)
+def test_no_image_tag_or_version_is_written_in_a_compose_file(path):
+    text = path.read_text()
+    for tag in {planmod.resolve(cfg.load(), profile=p).tags[0] for p in cfg.load().profiles}:
+        assert tag not in text, f"{path.name} names the tag {tag}: it comes from .env (the plan's)"
+    assert not re.search(r"sglang-sm120:\d", text), f"{path.name} names an image tag"
+
+
+def test_each_setting_has_one_line_in_the_example():
+    names = [m[1] for line in ENV_EXAMPLE.read_text().splitlines() if (m := _ASSIGNMENT.match(line))]
+    assert len(names) == len(set(names)), f"a setting has two lines: {sorted(n for n in names if names.count(n) > 1)}"
