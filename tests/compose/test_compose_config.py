@@ -54,8 +54,8 @@ def entrypoint_variables() -> set[str]:
     config = cfg.load()
     for track in config.tracks:
         plan = planmod.resolve(config, sglang=track)
-        for rule in plan.entrypoint["runtime"]:
-            names |= set(rule["env"])
+        for rule in plan.entrypoint.runtime:
+            names |= set(rule.env)
     return names
 
 
@@ -96,12 +96,12 @@ def test_models_read_only_cache_volume_and_port_follow_the_plan(compose, tmp_pat
     assert models["type"] == "bind" and models["read_only"] is True
     assert models["source"] == example_assignments()["MODELS_DIR"]
     cache = next(v for v in svc["volumes"] if v["type"] == "volume")
-    assert cache["target"] == PLAN.image["cache_dir"], "the cache volume must sit on the image's cache directory"
+    assert cache["target"] == PLAN.image.cache_dir, "the cache volume must sit on the image's cache directory"
     assert data["volumes"][cache["source"]]["name"] == "sglang-cache"
     (port,) = svc["ports"]
-    port_number = PLAN.image["port"]
+    port_number = PLAN.image.port
     assert (port["host_ip"], int(port["published"]), port["target"]) == ("127.0.0.1", port_number, port_number)
-    assert svc["environment"]["PORT"] == str(PLAN.image["port"])
+    assert svc["environment"]["PORT"] == str(PLAN.image.port)
 
 
 def test_port_and_publishing_follow_the_env(compose, tmp_path):

@@ -145,7 +145,7 @@ def test_the_settings_reach_the_container(stack, settings):
 
 def test_the_cache_volume_is_writable_by_the_image_user_and_models_read_only(stack, compose, settings):
     mounts = {m["Destination"]: m for m in stack.sglang.attrs["Mounts"]}
-    cache = mounts[PLAN.image["cache_dir"]]
+    cache = mounts[PLAN.image.cache_dir]
     assert (cache["Type"], cache["Name"], cache["RW"]) == ("volume", settings.values["CACHE_VOLUME"], True)
     assert mounts["/models"]["Type"] == "bind" and mounts["/models"]["RW"] is False
     script = (
@@ -165,7 +165,7 @@ def test_the_cache_volume_is_writable_by_the_image_user_and_models_read_only(sta
         script,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [str(PLAN.image["uid"]), "ok", "models-read-only"], proc.stdout
+    assert proc.stdout.split() == [str(PLAN.image.uid), "ok", "models-read-only"], proc.stdout
 
 
 def test_without_the_override_the_gpu_reservation_reaches_the_engine(compose, settings, dc):
