@@ -150,11 +150,15 @@ def test_toolchain_copy_lands_real_headers_beside_the_runtime_bases_libraries(tm
     jit = tmp_path / "jit"
     script = str(STAGES / "jit-toolchain.sh")
     subprocess.run(["bash", script, "collect", str(devel), str(jit)], check=True, capture_output=True, text=True)
-    assert not (jit / "include").is_symlink() and (jit / "include" / "cuda.h").is_file()
+    assert (jit / "include" / "cuda.h").is_file()
     merged = subprocess.run(["bash", script, "merge", str(jit), str(runtime)], capture_output=True, text=True)
     assert merged.returncode == 0, merged.stderr
-    # The runtime base's links are still links; what the toolchain brought is reachable through them.
+    # The runtime base's links are still links; what the toolchain brought is reachable through them, and
+    # where nvcc.profile looks: $(TOP)/targets/x86_64-linux/{include,lib}.
     assert (runtime.resolve() / "lib64").is_symlink()
+    target = runtime / FACTS["cuda-include-link"]["target"]
+    assert (target / "cuda.h").is_file(), "nvcc reads the headers from targets/x86_64-linux/include"
+    assert (runtime / FACTS["cuda-lib64-link"]["target"] / "stubs" / "libcuda.so").is_file()
     assert (runtime / "include" / "cuda.h").is_file()
     assert (runtime / "include" / "crt" / "host_config.h").is_file()
     assert (runtime / "lib64" / "libcudart.so").resolve().name == "libcudart.so.13"
