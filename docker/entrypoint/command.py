@@ -76,7 +76,10 @@ INTEGERS: dict[str, tuple[int, int | None]] = {
     "--speculative-num-draft-tokens": (2, None),
 }
 _HOST = re.compile(r"^[A-Za-z0-9._:%\[\]-]+$")
-_ADDR = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d+)$")
+_ADDR = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]+)$")
+# What SGLang's int() and the HEALTHCHECK's URL both read the same way: ASCII digits (int() also takes '+5',
+# ' 5', '5_0' and other scripts' digits, which the HEALTHCHECK's URL and a person reading the log do not).
+_DECIMAL = re.compile(r"-?[0-9]+")
 
 
 def _env(environ: Mapping[str, str], name: str) -> str | None:
@@ -103,6 +106,8 @@ def build(presets: Presets, mode: Mode, environ: Mapping[str, str], sglang_args:
         value = _env(environ, var.name)
         if value is None or var.option is None:
             continue
+        if var.option in INTEGERS:  # checked as given: the HEALTHCHECK reads PORT without stripping it
+            value = environ[var.name]
         if not mode.draft and (var.name == "DRAFT_MODEL_PATH" or var.name in SPEC_VARIABLES):
             log.note(f"{var.name} is ignored in {mode.name} mode")
             continue
@@ -130,8 +135,11 @@ def _integer(item: Item) -> int:
     value = item.value
     if value is None:
         raise UsageError(f"{item.label()}: {item.option} needs a value", f"allowed: {allowed}")
-    if not re.fullmatch(r"[+-]?\d+", value.strip()):
-        raise UsageError(f"{item.label()} is not an integer", f"allowed: {allowed}")
+    if not _DECIMAL.fullmatch(value):
+        raise UsageError(
+            f"{item.label()} is not an integer written in plain ASCII digits",
+            f"allowed: {allowed} (0-9 only: no sign, spaces or other digits)",
+        )
     number = int(value)
     if number < low or (high is not None and number > high):
         raise UsageError(f"{item.label()} is out of range", f"allowed: {allowed}")

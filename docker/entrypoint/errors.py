@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import TextIO
 
 PROG = "entrypoint"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: str) -> str:
+    """Text with its control characters escaped (a newline in a path must not make a second line)."""
+    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
 
 
 class UsageError(Exception):
@@ -17,7 +24,7 @@ class UsageError(Exception):
         self.lines = [message, *details][:3]
 
     def render(self) -> str:
-        first, *rest = self.lines
+        first, *rest = (one_line(line) for line in self.lines)
         return "".join([f"{PROG}: error: {first}\n", *(f"  {line}\n" for line in rest)])
 
 
@@ -53,6 +60,6 @@ class Log:
 
     def flush(self, stream: TextIO) -> None:
         for line in self.lines():
-            stream.write(f"[{PROG}] {line}\n")
+            stream.write(f"[{PROG}] {one_line(line)}\n")
         stream.flush()
         self.entries.clear()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -176,9 +177,17 @@ def check_shm(gpus_per_node: int, log: Log, path: str = "/dev/shm") -> None:
 def _writable(directory: Path) -> str | None:
     """Why the directory (or, if missing, its nearest existing parent) cannot take files; None if it can."""
     probe = directory
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
+    while True:
+        try:
+            st = os.stat(probe)
+            break
+        except PermissionError:
+            return f"cannot enter {_blocked(probe)}"
+        except OSError:  # missing (or a broken link): SGLang's libraries create it under the nearest parent
+            if probe == probe.parent:
+                return f"{probe}: no such directory"
+            probe = probe.parent
+    if not stat.S_ISDIR(st.st_mode):
         return f"{probe} is not a directory"
     try:
         fd, name = tempfile.mkstemp(prefix=".sm120-probe-", dir=probe)
@@ -187,6 +196,14 @@ def _writable(directory: Path) -> str | None:
     os.close(fd)
     os.unlink(name)
     return None
+
+
+def _blocked(path: Path) -> Path:
+    full = Path(os.path.abspath(path))
+    for probe in [*reversed(full.parents), full]:
+        if not os.access(probe, os.X_OK):
+            return probe
+    return full
 
 
 def check_caches(cache_dir: str, environ: Mapping[str, str], log: Log) -> None:
@@ -203,6 +220,7 @@ def check_caches(cache_dir: str, environ: Mapping[str, str], log: Log) -> None:
             uid = os.getuid()
             raise UsageError(
                 f"{label} is not writable by uid {uid} ({why})",
-                f"JIT caches go there: mount a named volume (-v sglang-cache:{cache_dir}) or a directory of uid {uid}",
+                f"JIT caches go there: mount a named volume (-v sglang-cache:{cache_dir}), chmod/chown the host "
+                f"directory for uid {uid}, or run the container with --user of the directory's owner",
             )
     log.note(f"JIT caches: {cache_dir} is writable")
