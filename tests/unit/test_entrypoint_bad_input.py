@@ -103,8 +103,6 @@ def unprivileged(request: pytest.FixtureRequest) -> Iterator[dict]:
     python = _python_for(uid) if root else sys.executable
     if python is None:
         pytest.skip(f"no Python that uid {uid} may run (the tests' own lies under a private home)")
-    if not os.access(ENTRYPOINT, os.R_OK) or not root and False:
-        pytest.skip("the checkout is not readable")
     base = Path(tempfile.mkdtemp(prefix="sm120-perm-"))
     base.chmod(0o755)
     plan = synthetic_plan(base / "plan.json")
@@ -351,7 +349,9 @@ READING_CASES: list[tuple[str, str, str, list[str], dict[str, str], list[str]]] 
 
 
 @pytest.mark.parametrize(
-    ("option", "alias", "args", "changes", "expected"), [c[1:] for c in READING_CASES], ids=[c[0] for c in READING_CASES]
+    ("option", "alias", "args", "changes", "expected"),
+    [c[1:] for c in READING_CASES],
+    ids=[c[0] for c in READING_CASES],
 )
 def test_sglang_must_read_what_the_entrypoint_checked(setup, option, alias, args, changes, expected):
     _alias(setup["site"], option, alias)
@@ -425,7 +425,7 @@ ODD_NAMES = [
     ("newline", "model\nwith newline"),
     ("carriage-return", "model\rcr"),
     ("tab", "tab\there"),
-    ("quote", "it's \"quoted\""),
+    ("quote", 'it\'s "quoted"'),
     ("dollar", "$HOME `x` $(y)"),
     ("unicode", "modèle ☃"),
     ("leading-dash-inside", "x -- --tp-size 9"),
