@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=positive_float,
         default=300.0,
         metavar="S",
-        help="longest wait for data (default: %(default)s)",
+        help="longest wait for a new token, keep-alive lines or not (default: %(default)s)",
+    )
+    m.add_argument(
+        "--request-timeout",
+        type=positive_float,
+        default=client.DEFAULT_DEADLINE_S,
+        metavar="S",
+        help="longest one request may take in all (default: %(default)s)",
     )
     m.add_argument("--out", metavar="DIR", default="bench-results", help="results directory (default: %(default)s)")
     m.add_argument("--fresh", action="store_true", help="drop the labels already in DIR/bench.json")
@@ -103,6 +112,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """--out must be a directory this user can write bench.json into: found before the first request."""
+    if not str(out_dir).strip():
+        raise UsageError("--out is empty: give a directory, e.g. --out bench-results")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"--out {out_dir}: not a directory") from None
+    except OSError as exc:
+        raise UsageError(f"--out {out_dir}: cannot be created ({exc.strerror or exc})") from None
+    if not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: not a directory")
+    try:
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".bench-probe-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--out {out_dir}: cannot write into it ({exc.strerror or exc})") from None
+    for name in ("bench.json", "bench.md", "bench.png"):
+        existing = out_dir / name
+        if existing.exists() and not existing.is_file():
+            raise UsageError(f"--out {out_dir}: {existing} is not a file")
+
+
 def _parse_env(items: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for item in items:
@@ -129,6 +161,7 @@ def _settings(args: argparse.Namespace, prompt_set: prompts_mod.PromptSet) -> di
         "runs": args.runs,
         "warmup": args.warmup,
         "read_timeout_s": args.timeout,
+        "request_timeout_s": args.request_timeout,
     }
 
 
@@ -152,12 +185,17 @@ def run(args: argparse.Namespace) -> int:
 
     prompt_set = prompts_mod.load(args.prompts)
     out_dir = Path(args.out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--out {out_dir}: not a directory")
+    check_out_dir(out_dir)
     if args.max_tokens < 2:
         raise UsageError("--max-tokens must be at least 2: decode speed needs tokens after the first")
     sampling = client.SamplingSettings(max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
-    run_plan = runner.RunPlan(runs=args.runs, warmup=args.warmup, sampling=sampling, read_timeout_s=args.timeout)
+    run_plan = runner.RunPlan(
+        runs=args.runs,
+        warmup=args.warmup,
+        sampling=sampling,
+        read_timeout_s=args.timeout,
+        deadline_s=args.request_timeout,
+    )
 
     image_job = None
     if args.image:
@@ -274,7 +312,10 @@ class _ImageJob:
         if args.gpus not in ("all", "none") and not all(g.strip().isdigit() for g in args.gpus.split(",")):
             raise UsageError(f"--gpus {args.gpus!r}: give all, none, or device numbers such as 0,1")
         self.env = _parse_env(args.env)
-        self.port = int(self.env.get("PORT", plan.image["port"]))
+        port = self.env.get("PORT", str(plan.image["port"]))
+        if not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
+            raise UsageError(f"--env PORT={port!r}: a port is 1 to 65535 in ASCII digits")
+        self.port = int(port)
         self.env.setdefault("HOST", "0.0.0.0")
         self.env.setdefault("PORT", str(self.port))
         if "MODEL_PATH" not in self.env:
