@@ -93,8 +93,12 @@ def normalize_endpoint(text: str, default_port: int) -> str:
         raise UsageError("--endpoint is empty: give a URL such as http://127.0.0.1:PORT")
     if "://" not in raw:
         raw = "http://" + raw
-        parts = urlsplit(raw)
-        if parts.port is None and parts.hostname:
+        try:
+            parts = urlsplit(raw)
+            port = parts.port
+        except ValueError:
+            raise UsageError(f"--endpoint {text!r}: not a valid URL (a port is 1 to 65535)") from None
+        if port is None and parts.hostname and not parts.netloc.endswith(":"):
             raw = f"http://{parts.hostname}:{default_port}{parts.path}"
     try:
         parts = urlsplit(raw)
@@ -186,6 +190,10 @@ def server_info(session: requests.Session, endpoint: str) -> dict[str, Any]:
     return out
 
 
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
 def _no_constant(name: str) -> None:
     """json's NaN / Infinity / -Infinity: not numbers a figure can be made of (read as missing)."""
     return None
@@ -260,11 +268,11 @@ def measure(
         if now - t0 > deadline_s:
             raise RunFailed(
                 f"the request took longer than its deadline of {deadline_s:g} s (--request-timeout) "
-                f"after {progress['tokens']} tokens"
+                f"after {_tokens(progress['tokens'])}"
             )
         if now - progress["t"] > read_timeout_s:
             raise RunFailed(
-                f"no new token for {read_timeout_s:g} s (--timeout) after {progress['tokens']} tokens: "
+                f"no new token for {read_timeout_s:g} s (--timeout) after {_tokens(progress['tokens'])}: "
                 "the server sends keep-alive lines or repeats chunks without tokens"
             )
 

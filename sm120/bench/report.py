@@ -141,6 +141,17 @@ def markdown(results: Results) -> str:
     return "\n".join(lines)
 
 
+def plot_title(data: dict[str, Any]) -> str:
+    """bench.png's title: what the figure shows, and which labels stopped short (runs done of runs asked)."""
+    s = data["settings"]
+    title = (
+        f"SGLang single stream: {s.get('runs')} runs per label, max {s.get('max_tokens')} tokens "
+        f"(bars: mean, whiskers: 95 % interval, dots: runs, ×: over {data['baseline']})"
+    )
+    incomplete = _incomplete(data)
+    return title + ("\nINCOMPLETE: " + "; ".join(incomplete) if incomplete else "")
+
+
 def plot(results: Results, path: Path) -> Path:
     import matplotlib
 
@@ -191,13 +202,7 @@ def plot(results: Results, path: Path) -> Path:
         ax.set_title(title)
         ax.set_ylim(bottom=0)
         ax.grid(axis="y", alpha=0.3)
-    incomplete = _incomplete(data)
-    title = (
-        f"SGLang single stream: {s.get('runs')} runs per label, max {s.get('max_tokens')} tokens "
-        f"(bars: mean, whiskers: 95 % interval, dots: runs, ×: over {data['baseline']})"
-    )
-    if incomplete:
-        title += "\nINCOMPLETE: " + "; ".join(incomplete)
+    title, incomplete = plot_title(data), _incomplete(data)
     fig.suptitle(title, fontsize=10, color="black" if not incomplete else "darkred")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

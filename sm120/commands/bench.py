@@ -114,8 +114,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def check_out_dir(out_dir: Path) -> None:
     """--out must be a directory this user can write bench.json into: found before the first request."""
-    if not str(out_dir).strip():
-        raise UsageError("--out is empty: give a directory, e.g. --out bench-results")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -184,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
     _check_label(args.baseline, "--baseline")
 
     prompt_set = prompts_mod.load(args.prompts)
+    if not args.out.strip():
+        raise UsageError("--out is empty: give a directory, e.g. --out bench-results")
     out_dir = Path(args.out)
     check_out_dir(out_dir)
     if args.max_tokens < 2:
