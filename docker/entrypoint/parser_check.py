@@ -109,6 +109,8 @@ def _same_reading(cmd: Command, readings: Mapping[str, Any], version: str) -> No
     for option, reading in readings.items():
         if not isinstance(reading, Mapping) or canonical(option) != option:  # an alias: its option is compared
             continue
+        if option == "--config":  # the file's options are merged into the command: they are compared instead
+            continue
         ours = cmd.last(canonical(option))  # the entrypoint's own reading: an alias it does not know is not seen
         theirs, default = reading.get("value"), reading.get("default")
         if reading.get("flag"):

@@ -6,7 +6,9 @@
 - `registered(name)`: whether a model architecture is in SGLang's model registry (an `EntryClass` of a module
   under sglang/srt/models).
 - `options()`: every option string SGLang's CLI parser knows (`add_argument("--...")` in srt/server_args.py),
-  so an abbreviation is refused before the GPU checks, which need the values SGLang will really read.
+  so an abbreviation is refused before the GPU checks, which need the values SGLang will really read. Empty
+  where the parser is built another way (0.5.23 makes its options from ServerArgs' dataclass fields): then
+  the options the entrypoint relies on stand in, and the parser check refuses the other abbreviations.
 - `methods_missing(class, methods)`: which methods a model class lacks, following its base classes by name
   through sglang/srt/models (None when that cannot be told: class not found, or a `__getattr__` on the way).
 """
