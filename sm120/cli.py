@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import math
 import re
@@ -19,7 +20,17 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line (exit 2), without the usage block."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{_closest(message)} (see --help)\n")
+
+
+def _closest(message: str) -> str:
+    """'; perhaps you meant X' for argparse's "invalid choice: 'x' (choose from ...)" (as cibuildwheel does)."""
+    match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if not match:
+        return ""
+    choices = re.findall(r"'?([^',\s]+)'?", match.group(2))
+    close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
+    return f"; perhaps you meant {close[0]!r}" if close else ""
 
 
 def positive_int(text: str) -> int:

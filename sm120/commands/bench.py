@@ -20,6 +20,7 @@ from ..bench import client, grid, report, runner
 from ..bench import prompts as prompts_mod
 from ..bench.results import BASELINE, Label, Results, open_results
 from ..cli import add_config_args, non_negative_int, positive_float, positive_int
+from ..config import suggest
 from ..errors import CheckFailed, UsageError
 from .plan import load_plan
 
@@ -306,6 +307,7 @@ class _ImageJob:
             if mode not in modes_known:
                 raise UsageError(
                     f"--modes {mode!r}: the image knows {', '.join(sorted(modes_known))} (build.toml [modes])"
+                    + suggest(mode, modes_known)
                 )
         if len(set(self.modes)) != len(self.modes):
             raise UsageError(f"--modes {args.modes!r}: a mode is listed twice")

@@ -168,3 +168,23 @@ def test_plan_refuses_a_bad_build_toml_with_exit_2(tmp_path):
 
 def test_the_image_cmd_mode_is_read_from_the_dockerfile():
     assert cfg.image_cmd_mode(ROOT) == "baseline"
+
+
+CLI_CASES = [
+    ("command", ["plna"], "perhaps you meant 'plan'"),
+    ("patches-action", ["patches", "chek"], "perhaps you meant 'check'"),
+    ("bench-metric", ["bench", "--endpoint", "x", "--label", "a", "--speedup-metric", "decod"], "'decode'"),
+    ("bench-mode", ["bench", "--image", "x", "--modes", "eagle33", "--env", "MODEL_PATH=/m"], "'eagle3'"),
+    ("max-jobs-digits", ["plan", "--max-jobs", "٣"], "--max-jobs: must be a positive integer"),
+    ("memory-inf", ["plan", "--memory-gib", "inf"], "--memory-gib: must be a positive finite number"),
+    ("memory-nan", ["plan", "--memory-gib", "nan"], "--memory-gib"),
+    ("cpus-float", ["plan", "--cpus", "2.5"], "--cpus"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
+def test_cli_mistakes_name_the_closest_choice(args, expected):
+    proc = run_build_py(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert expected in proc.stderr
