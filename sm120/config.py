@@ -387,7 +387,7 @@ def _check_references(config: Config) -> None:
             wanted = rule.requires_patch
             if wanted is not None and wanted not in config.patches:
                 raise UsageError(
-                    f'{name}: tracks."{version}".runtime.{i}.requires_patch = {wanted!r}: no such patch '
+                    f'{name}: tracks."{version}".runtime.{i}.requires_patch: unknown patch {wanted!r} '
                     f"(patches: {', '.join(sorted(config.patches)) or 'none'}{suggest(wanted, config.patches)})"
                 )
     root = config.root.resolve()

@@ -71,7 +71,7 @@ CASES: list[tuple[str, str, str, list[str]]] = [
         "requires-patch-typo",
         'requires_patch = "torch-symm-mem-sm120"',
         'requires_patch = "torch-symm-mem-sm12"',
-        ["requires_patch = 'torch-symm-mem-sm12'", "perhaps you meant 'torch-symm-mem-sm120'"],
+        ["requires_patch: unknown patch 'torch-symm-mem-sm12'", "perhaps you meant 'torch-symm-mem-sm120'"],
     ),
     # strict types: no silent coercion
     ("port-string", "port = 30000", 'port = "30000"', ["image.port = '30000'", "strict"]),
