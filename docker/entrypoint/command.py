@@ -79,7 +79,7 @@ _HOST = re.compile(r"^[A-Za-z0-9._:%\[\]-]+$")
 _ADDR = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]+)$")
 # What SGLang's int() and the HEALTHCHECK's URL both read the same way: ASCII digits (int() also takes '+5',
 # ' 5', '5_0' and other scripts' digits, which the HEALTHCHECK's URL and a person reading the log do not).
-_DECIMAL = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
 
 
 def _env(environ: Mapping[str, str], name: str) -> str | None:
@@ -138,7 +138,7 @@ def _integer(item: Item) -> int:
     if not _DECIMAL.fullmatch(value):
         raise UsageError(
             f"{item.label()} is not an integer written in plain ASCII digits",
-            f"allowed: {allowed} (0-9 only: no sign, spaces or other digits)",
+            f"allowed: {allowed} (0-9 only: no sign, spaces, leading zeros or other digits)",
         )
     number = int(value)
     if number < low or (high is not None and number > high):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 from typing import TextIO
 
 PROG = "entrypoint"
@@ -32,6 +34,12 @@ class ImageError(UsageError):
     """The image itself is broken (its baked plan is missing or unreadable): exit status 1."""
 
     exit_code = 1
+
+
+def suggest(name: str, allowed: Iterable[str]) -> str:
+    """'; perhaps you meant X' for the closest allowed name, or ''."""
+    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
+    return f"; perhaps you meant {close[0]}" if close else ""
 
 
 def show(value: object, limit: int = 160) -> str:

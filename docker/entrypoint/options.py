@@ -105,6 +105,12 @@ def group(tokens: list[str], source: str) -> list[Item]:
     """Tokens -> items; a value before any option is a mistake (SGLang takes no positional arguments)."""
     items: list[Item] = []
     for token in tokens:
+        if token == "--":
+            where = "after --" if source == USER else source
+            raise UsageError(
+                f"{where}: a second '--' (argparse would end SGLang's options there)",
+                "give SGLang's options after the first -- only, e.g. `eagle3 -- --mem-fraction-static 0.85`",
+            )
         if is_option(token):
             items.append(Item([token], source))
         elif items:

@@ -126,6 +126,11 @@ def visible_gpus(environ: Mapping[str, str]) -> list[Gpu]:
         wanted = [v.strip() for v in visible.split(",") if v.strip()]
         if not wanted or wanted[0] in ("-1", "NoDevFiles"):
             raise UsageError(f"CUDA_VISIBLE_DEVICES={show(visible)} hides every GPU", "unset it, or list GPU indices")
+        if not all(w.isascii() and w.isprintable() for w in wanted):
+            raise UsageError(
+                f"CUDA_VISIBLE_DEVICES={show(visible)}: not GPU indices or UUIDs",
+                "allowed: ASCII GPU indices or UUIDs, comma-separated, e.g. 0,1",
+            )
         if all(w.isdigit() for w in wanted):
             by_index = {g.index: g for g in gpus}
             gpus = [by_index[int(w)] for w in wanted if int(w) in by_index]

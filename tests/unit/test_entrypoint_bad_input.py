@@ -392,6 +392,8 @@ NUMBER_CASES: list[tuple[str, dict[str, str], list[str], list[str]]] = [
     ("port-hex", {"PORT": "0x7530"}, [], ["PORT='0x7530'"]),
     ("port-exponent", {"PORT": "3e4"}, [], ["PORT='3e4'"]),
     ("port-fullwidth", {"PORT": "３００００"}, [], ["PORT="]),
+    ("port-leading-zero", {"PORT": "030000"}, [], ["PORT='030000' is not an integer", "leading zeros"]),
+    ("tp-leading-zero", {"TP_SIZE": "08"}, [], ["TP_SIZE='08'"]),
     ("tp-devanagari", {"TP_SIZE": "८"}, [], ["TP_SIZE='८' is not an integer"]),
     ("nnodes-plus", {"NNODES": "+2", "DIST_INIT_ADDR": "h:5000"}, [], ["NNODES='+2'"]),
     ("node-rank-space", {"NODE_RANK": "0 "}, [], ["NODE_RANK='0 '"]),
@@ -461,3 +463,30 @@ def test_dry_runs_last_line_is_the_whole_command_whatever_the_paths_hold(setup, 
 def test_an_error_about_a_path_with_a_newline_stays_within_three_lines(setup, tmp_path):
     proc = run_entrypoint(["baseline", "--dry-run"], {**setup["env"], "MODEL_PATH": str(tmp_path / "a\nb\nc\nd")})
     assert_usage_error(proc, "no such directory")
+
+
+# Mistakes around the arguments themselves: each one line, naming the token, with the closest valid one.
+MISC_CASES: list[tuple[str, list[str], dict[str, str], list[str]]] = [
+    ("mode-typo", ["eagle", "--dry-run"], {}, ["unknown mode 'eagle'; perhaps you meant eagle3"]),
+    ("mode-case", ["BASELINE", "--dry-run"], {}, ["unknown mode 'BASELINE'"]),
+    ("option-typo", ["eagle3", "--dryrun"], {}, ["option '--dryrun'", "perhaps you meant --dry-run"]),
+    ("second-dashes", ["eagle3", "--dry-run", "--", "--", "--tp-size", "2"], {}, ["a second '--'"]),
+    ("dashes-in-extra-args", ["eagle3", "--dry-run"], {"EXTRA_ARGS": "-- --tp-size 2"}, ["EXTRA_ARGS: a second '--'"]),
+    ("value-first", ["eagle3", "--dry-run", "--", "2"], {}, ["after --: '2' is not an option"]),
+    ("no-value", ["eagle3", "--dry-run", "--", "--tp-size"], {}, ["--tp-size (after --): --tp-size needs a value"]),
+    ("long-path", ["eagle3", "--dry-run"], {"MODEL_PATH": "/" + "x" * 5000}, ["MODEL_PATH=", "cannot be read"]),
+    ("device-path", ["eagle3", "--dry-run"], {"MODEL_PATH": "/dev/null"}, ["is a file, not a directory"]),
+]
+
+
+@pytest.mark.parametrize(("args", "changes", "expected"), [c[1:] for c in MISC_CASES], ids=[c[0] for c in MISC_CASES])
+def test_argument_mistakes_are_one_line_with_the_closest(setup, args, changes, expected):
+    proc = run_entrypoint(args, {**setup["env"], **changes})
+    assert_usage_error(proc, *expected)
+
+
+@pytest.mark.parametrize("visible", ["٠", "0,١", "GPU\t0"], ids=["arabic-indic", "mixed", "control"])
+def test_cuda_visible_devices_must_be_ascii(setup, visible):
+    proc = run_entrypoint(["baseline"], {**setup["env"], "CUDA_VISIBLE_DEVICES": visible})
+    assert_usage_error(proc, "CUDA_VISIBLE_DEVICES=", "ASCII GPU indices or UUIDs")
+    assert not Path(setup["env"]["FAKE_SGLANG_RECORD"]).exists()
