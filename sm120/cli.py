@@ -42,6 +42,12 @@ def positive_int(text: str) -> int:
     return value
 
 
+def integer(text: str) -> int:
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"must be an integer (ASCII digits), got {text!r}")
+    return int(text)
+
+
 def non_negative_int(text: str) -> int:
     if not re.fullmatch(r"[0-9]+", text):
         raise argparse.ArgumentTypeError(f"must be a non-negative integer (ASCII digits), got {text!r}")

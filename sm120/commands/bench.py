@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from typing import Any
 from ..bench import client, grid, report, runner
 from ..bench import prompts as prompts_mod
 from ..bench.results import BASELINE, Label, Results, open_results
-from ..cli import add_config_args, non_negative_int, positive_float, positive_int
+from ..cli import add_config_args, integer, non_negative_int, positive_float, positive_int
 from ..config import suggest
 from ..errors import CheckFailed, UsageError
 from .plan import load_plan
@@ -54,7 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-tokens", type=positive_int, default=256, metavar="N", help="max_new_tokens (default: %(default)s)"
     )
     m.add_argument("--prompts", metavar="FILE", help="JSONL prompts (default: the shipped code/chat/reasoning set)")
-    m.add_argument("--seed", type=int, default=0, help="sampling_seed sent with every request (default: %(default)s)")
+    m.add_argument(
+        "--seed", type=integer, default=0, help="sampling_seed sent with every request (default: %(default)s)"
+    )
     m.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
     m.add_argument(
         "--timeout",
@@ -311,7 +314,8 @@ class _ImageJob:
                 )
         if len(set(self.modes)) != len(self.modes):
             raise UsageError(f"--modes {args.modes!r}: a mode is listed twice")
-        if args.gpus not in ("all", "none") and not all(g.strip().isdigit() for g in args.gpus.split(",")):
+        devices = args.gpus.split(",")
+        if args.gpus not in ("all", "none") and not all(re.fullmatch(r"[0-9]+", g.strip()) for g in devices):
             raise UsageError(f"--gpus {args.gpus!r}: give all, none, or device numbers such as 0,1")
         self.env = _parse_env(args.env)
         port = self.env.get("PORT", str(plan.image["port"]))
@@ -325,8 +329,13 @@ class _ImageJob:
                 "--image needs --env MODEL_PATH=PATH (the model's path inside the container, e.g. /models/NAME)"
             )
         self.models = Path(args.models) if args.models else None
-        if self.models is not None and not self.models.is_dir():
-            raise UsageError(f"--models {args.models}: no such directory")
+        if self.models is not None:
+            try:
+                found = self.models.is_dir() and os.access(self.models, os.R_OK | os.X_OK)
+            except OSError:
+                found = False
+            if not found:
+                raise UsageError(f"--models {args.models}: no such directory, or not readable by this user")
         for key in ("MODEL_PATH", "DRAFT_MODEL_PATH"):
             self._check_model_path(key)
         for mode in self.modes:
@@ -362,7 +371,11 @@ class _ImageJob:
                 f"--env {key}={value} is under {self.dr.MODELS_MOUNT}: give --models DIR (the host directory)"
             )
         host = self.models / value[len(self.dr.MODELS_MOUNT) + 1 :]
-        if not host.exists():
+        try:
+            found = host.exists()
+        except OSError:
+            found = False
+        if not found:
             raise UsageError(f"--env {key}={value}: {host} does not exist on this host")
 
     def _spec(self, mode: str, label: str, extra_env: dict[str, str]) -> Any:

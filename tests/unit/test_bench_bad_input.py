@@ -320,3 +320,38 @@ def test_intervals_of_non_negative_figures_stop_at_zero(key, values):
     assert summary["ci95_low"] == 0.0 and summary["ci95_high"] == plain.ci95_high
     results = Results(settings={"runs": len(values)}, labels={"x": label})
     assert "(0.0" in report.markdown(results) or key == "completion_tokens"
+
+
+def _deep_prompts(d: Path) -> str:
+    (d / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    return str(d / "deep.jsonl")
+
+
+IMAGE = ["--image", "sglang-sm120:none", "--env", "MODEL_PATH=/m", "--env", "DRAFT_MODEL_PATH=/d"]
+# id, arguments (a callable gets the temporary directory), what the one line says
+OTHER_ARGS: list[tuple[str, Callable[[Path], list[str]], str]] = [
+    ("prompts-nested", lambda d: ["--prompts", _deep_prompts(d)], "nested too deeply"),
+    ("prompts-a-directory", lambda d: ["--prompts", str(d)], "a directory, not a JSONL file"),
+    ("seed-other-digits", lambda d: ["--seed", "٣"], "--seed: must be an integer"),
+    ("grid-other-digits", lambda d: [*IMAGE, "--spec-grid", "--modes", "eagle3", "--grid-steps", "٣"], "--grid-steps"),
+    ("gpus-other-digits", lambda d: [*IMAGE, "--gpus", "١"], "--gpus '١'"),
+    ("env-port-letters", lambda d: [*IMAGE, "--env", "PORT=abc"], "--env PORT='abc'"),
+    ("env-port-range", lambda d: [*IMAGE, "--env", "PORT=70000"], "--env PORT='70000'"),
+    ("modes-typo", lambda d: [*IMAGE, "--modes", "baseline,eagle"], "perhaps you meant 'eagle3'"),
+    ("models-missing", lambda d: [*IMAGE, "--models", str(d / "none")], "--models"),
+]
+
+
+@pytest.mark.parametrize(("make", "expected"), [c[1:] for c in OTHER_ARGS], ids=[c[0] for c in OTHER_ARGS])
+def test_other_bench_arguments_are_one_line(tmp_path, make, expected):
+    argv = make(tmp_path)
+    if "--image" not in argv:
+        argv = ["--endpoint", "127.0.0.1:1", "--label", "a", *argv]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "build.py"), "bench", *argv, "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and expected in one_line(proc.stderr), proc.stderr
