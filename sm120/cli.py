@@ -118,3 +118,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"build.py {args.command}: interrupted", file=sys.stderr)
         return 130
+    except RecursionError:  # an input (a TOML or JSON file) nested beyond reason
+        print(f"build.py {args.command}: error: an input file is nested too deeply to read", file=sys.stderr)
+        return 2

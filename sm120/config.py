@@ -359,10 +359,14 @@ def load(path: Path | str | None = None) -> Config:
         raise UsageError(f"{path}: cannot read it ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
     try:
         config = Config.model_validate(raw).model_copy(update={"path": path.resolve()})
     except ValidationError as exc:
         raise UsageError(_one_line(path, exc)) from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
     _check_references(config)
     return config
 

@@ -188,3 +188,16 @@ def test_cli_mistakes_name_the_closest_choice(args, expected):
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert expected in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a = " + "[" * 100_000 + "]" * 100_000, "a = " + "{b=" * 3000 + "1" + "}" * 3000, "\xff\xfe"],
+    ids=["arrays", "inline-tables", "not-utf8"],
+)
+def test_a_build_toml_no_one_could_mean_is_one_line(tmp_path, text):
+    path = tmp_path / "build.toml"
+    path.write_bytes(text.encode("latin-1") if text.startswith("\xff") else text.encode())
+    proc = run_build_py("plan", "--config", str(path))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-500:]
+    assert str(path) in proc.stderr and "Traceback" not in proc.stderr
