@@ -426,7 +426,19 @@ def _check_references(config: Config) -> None:
 def _check_mode(name: str, mode_name: str, mode: Mode) -> None:
     """An EAGLE mode's presets must be a draft tree SGLang can run: draft tokens from 2 to
     1 + top-k + (steps - 1) * top-k^2 (the tree's candidates plus the root)."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", mode_name):
+        raise UsageError(
+            f"{name}: [modes.{mode_name}]: a mode name is lower-case letters, digits, '-' and '_' "
+            "(it is the image's first argument, e.g. `docker run IMAGE eagle3`)"
+        )
     steps, topk, tokens = mode.spec_num_steps, mode.spec_eagle_topk, mode.spec_num_draft_tokens
+    presets = {"spec_num_steps": steps, "spec_eagle_topk": topk, "spec_num_draft_tokens": tokens}
+    given = [key for key, value in presets.items() if value is not None]
+    if given and not mode.draft:
+        raise UsageError(
+            f"{name}: modes.{mode_name}.{given[0]} is set but draft = false: the EAGLE-3 presets apply only "
+            "to a mode with a drafter (set draft = true, or remove them)"
+        )
     if tokens is not None and tokens < 2:
         raise UsageError(f"{name}: modes.{mode_name}.spec_num_draft_tokens = {tokens}: allowed from 2")
     if steps is None or topk is None or tokens is None:

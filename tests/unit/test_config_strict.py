@@ -40,6 +40,13 @@ CASES: list[tuple[str, str, str, list[str]]] = [
         ["modes.eagle3.spec_num_draft_tokens = 16", "allowed 2 to 5"],
     ),
     ("topk-1-bound", "spec_eagle_topk = 4", "spec_eagle_topk = 1", ["allowed 2 to 3"]),
+    (
+        "spec-without-draft",
+        "[modes.baseline]\n",
+        "[modes.baseline]\nspec_num_steps = 2\n",
+        ["modes.baseline.spec_num_steps is set but draft = false"],
+    ),
+    ("mode-name", "[modes.eagle3]", '[modes."-x"]', ["[modes.-x]: a mode name is"]),
     # the image's CMD
     ("cmd-mode-missing", "[modes.baseline]", "[modes.plain]", ["[modes] has no 'baseline'", "CMD"]),
     # patches
