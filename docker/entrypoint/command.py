@@ -6,6 +6,7 @@ from: the variable (TP_SIZE='x'), EXTRA_ARGS, or the argument after `--`.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shlex
 from collections.abc import Mapping
@@ -129,6 +130,18 @@ def build(presets: Presets, mode: Mode, environ: Mapping[str, str], sglang_args:
     return cmd
 
 
+def _host_ok(value: str) -> bool:
+    """A name or an address SGLang (uvicorn) can bind: dotted digits must be an IPv4 address, ':' an IPv6 one."""
+    if not _HOST.match(value):
+        return False
+    if re.fullmatch(r"[0-9.]+", value) or ":" in value:
+        try:
+            ipaddress.ip_address(value.strip("[]"))
+        except ValueError:
+            return False
+    return not value.startswith(("-", ".")) and ".." not in value
+
+
 def _integer(item: Item) -> int:
     low, high = INTEGERS[item.option]
     allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
@@ -172,7 +185,7 @@ def effective(cmd: Command, mode: Mode, log: Log) -> Effective:
             ints[option] = _integer(item)
 
     host = cmd.last("--host")
-    if host is not None and not _HOST.match(host.value or ""):
+    if host is not None and not _host_ok(host.value or ""):
         raise UsageError(f"{host.label()} is not a host name or address", "allowed: e.g. 0.0.0.0, ::, 10.0.0.5")
 
     tp, pp = ints.get("--tp-size", 1), ints.get("--pp-size", 1)
