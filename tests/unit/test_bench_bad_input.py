@@ -24,7 +24,7 @@ import pytest
 from sm120 import cli
 from sm120.bench import report, stats
 from sm120.bench.results import Label, Results
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_cli
 from tests.unit.bench_standin import Behaviour, StandIn
 
 
@@ -171,17 +171,11 @@ OUT_DIRS: list[tuple[str, Callable[[Path], str], str]] = [
 
 
 @pytest.mark.parametrize(("extra", "expected"), [c[1:] for c in NUMBER_ARGS], ids=[c[0] for c in NUMBER_ARGS])
-def test_numbers_must_be_positive_finite_ascii(standin, tmp_path, extra, expected):
+def test_numbers_must_be_positive_finite_ascii(standin, tmp_path, capsys, extra, expected):
     s = standin()
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "build.py"), "bench", "--endpoint", s.url, "--label", "a", *extra],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert expected in one_line(proc.stderr) and len(proc.stderr.strip().splitlines()) == 1
+    rc, _, err = run_cli(capsys, "bench", "--endpoint", s.url, "--label", "a", *extra, "--out", str(tmp_path))
+    assert rc == 2, err
+    assert expected in one_line(err) and len(err.strip().splitlines()) == 1
     assert s.requests == 0
 
 
@@ -343,15 +337,10 @@ OTHER_ARGS: list[tuple[str, Callable[[Path], list[str]], str]] = [
 
 
 @pytest.mark.parametrize(("make", "expected"), [c[1:] for c in OTHER_ARGS], ids=[c[0] for c in OTHER_ARGS])
-def test_other_bench_arguments_are_one_line(tmp_path, make, expected):
+def test_other_bench_arguments_are_one_line(tmp_path, capsys, make, expected):
     argv = make(tmp_path)
     if "--image" not in argv:
         argv = ["--endpoint", "127.0.0.1:1", "--label", "a", *argv]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "build.py"), "bench", *argv, "--out", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and expected in one_line(proc.stderr), proc.stderr
+    rc, _, err = run_cli(capsys, "bench", *argv, "--out", str(tmp_path / "out"))
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1 and expected in one_line(err), err
