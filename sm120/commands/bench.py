@@ -189,7 +189,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.out.strip():
         raise UsageError("--out is empty: give a directory, e.g. --out bench-results")
     out_dir = Path(args.out)
-    check_out_dir(out_dir)
     if args.max_tokens < 2:
         raise UsageError("--max-tokens must be at least 2: decode speed needs tokens after the first")
     sampling = client.SamplingSettings(max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
@@ -206,14 +205,22 @@ def run(args: argparse.Namespace) -> int:
         image_job = _ImageJob(args, plan)
         labels = image_job.labels
 
-    results, kept = open_results(out_dir, _settings(args, prompt_set), baseline=args.baseline, fresh=args.fresh)
-    if args.min_speedup is not None:
-        present = set(results.labels) | set(labels)
-        if args.baseline not in present or len(present - {args.baseline}) == 0:
-            raise UsageError(
-                f"--min-speedup needs results for label {args.baseline!r} and another label in {out_dir}; "
-                f"measure {args.baseline!r} first (--label {args.baseline}) or use --image --modes baseline,..."
-            )
+    created = not out_dir.exists()
+    check_out_dir(out_dir)  # before the first request (and before an image is started)
+    try:
+        results, kept = open_results(out_dir, _settings(args, prompt_set), baseline=args.baseline, fresh=args.fresh)
+        if args.min_speedup is not None:
+            present = set(results.labels) | set(labels)
+            if args.baseline not in present or len(present - {args.baseline}) == 0:
+                raise UsageError(
+                    f"--min-speedup needs results for label {args.baseline!r} and another label in {out_dir}; "
+                    f"measure {args.baseline!r} first (--label {args.baseline}) or use --image --modes baseline,..."
+                )
+    except UsageError:
+        if created:  # a mistake leaves no empty results directory behind
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
     if kept:
         kept_now = [k for k in kept if k not in labels]
         if kept_now:
