@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import math
+import re
 import sys
 from collections.abc import Sequence
 
@@ -17,36 +20,50 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line (exit 2), without the usage block."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{_closest(message)} (see --help)\n")
+
+
+def _closest(message: str) -> str:
+    """'; perhaps you meant X' for argparse's "invalid choice: 'x' (choose from ...)" (as cibuildwheel does)."""
+    match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if not match:
+        return ""
+    choices = re.findall(r"'?([^',\s]+)'?", match.group(2))
+    close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
+    return f"; perhaps you meant {close[0]!r}" if close else ""
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if not re.fullmatch(r"[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"must be a positive integer (ASCII digits), got {text!r}")
+    value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
 
 
+def integer(text: str) -> int:
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"must be an integer (ASCII digits), got {text!r}")
+    return int(text)
+
+
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
+    if not re.fullmatch(r"[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer (ASCII digits), got {text!r}")
+    value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
     return value
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    """A positive, finite number in plain ASCII decimal (float() also takes 'inf', '1_0' and other digits)."""
+    if not re.fullmatch(r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", text):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number such as 30 or 0.5, got {text!r}")
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number such as 30 or 0.5, got {text!r}")
     return value
 
 
@@ -101,3 +118,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"build.py {args.command}: interrupted", file=sys.stderr)
         return 130
+    except RecursionError:  # an input (a TOML or JSON file) nested beyond reason
+        print(f"build.py {args.command}: error: an input file is nested too deeply to read", file=sys.stderr)
+        return 2

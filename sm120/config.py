@@ -5,8 +5,11 @@ Every error names the file, the key and what is allowed, in one line (`UsageErro
 
 from __future__ import annotations
 
+import difflib
+import json
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +31,8 @@ _VERSION_RE = r"^\d+(\.\d+)*([a-z]+\d*)?$"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: no silent coercion ("4" or true where a number goes); allow_inf_nan: TOML's inf/nan are refused.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Project(_Strict):
@@ -288,21 +292,32 @@ class Config(_Strict):
         if version not in self.tracks:
             raise UsageError(
                 f"{self.path.name}: no track for SGLang {version!r} "
-                f'(tracks: {", ".join(sorted(self.tracks, key=Version))}); add [tracks."{version}"] or pick one'
+                f"(tracks: {', '.join(sorted(self.tracks, key=Version))}{suggest(version, self.tracks)}); "
+                f'add [tracks."{version}"] or pick one'
             )
         return self.tracks[version]
 
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:
             raise UsageError(
-                f"{self.path.name}: unknown profile {name!r} (profiles: {', '.join(sorted(self.profiles))})"
+                f"{self.path.name}: unknown profile {name!r} "
+                f"(profiles: {', '.join(sorted(self.profiles))}{suggest(name, self.profiles)})"
             )
         return self.profiles[name]
 
     def patch(self, name: str) -> Patch:
         if name not in self.patches:
-            raise UsageError(f"{self.path.name}: unknown patch {name!r} (patches: {', '.join(sorted(self.patches))})")
+            raise UsageError(
+                f"{self.path.name}: unknown patch {name!r} "
+                f"(patches: {', '.join(sorted(self.patches))}{suggest(name, self.patches)})"
+            )
         return self.patches[name]
+
+
+def suggest(name: object, allowed: Iterable[str]) -> str:
+    """' (perhaps you meant X)' for the closest allowed name (as cibuildwheel does), or ''."""
+    close = difflib.get_close_matches(str(name), list(allowed), n=1, cutoff=0.6)
+    return f"; perhaps you meant {close[0]!r}" if close else ""
 
 
 def _where(loc: tuple[Any, ...]) -> str:
@@ -318,14 +333,33 @@ def _one_line(path: Path, exc: ValidationError) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         allowed = _allowed_keys_for(loc)
-        hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        hint = f" (allowed: {', '.join(allowed)}{suggest(loc[-1], allowed)})" if allowed else ""
         return f"{path.name}: unknown key {where}{hint}"
     if kind == "missing":
         return f"{path.name}: missing key {where}"
     value = err.get("input")
     shown = "" if isinstance(value, (dict, list)) else f" = {value!r}"
     msg = err["msg"].removeprefix("Value error, ")
+    if kind == "literal_error":
+        expected = [e.strip().strip("'") for e in re.split(r",| or ", err["msg"].split("Input should be ", 1)[-1])]
+        if isinstance(value, str) and value in expected:
+            msg += " (strict: write the number without quotes)"
+        else:
+            msg += suggest(value, [e for e in expected if e])
+    elif kind == "finite_number":
+        msg += " (TOML's inf and nan are not taken)"
+    elif kind in _STRICT_TYPES:
+        msg = f"{msg} (strict: write {_STRICT_TYPES[kind]}; a {type(value).__name__} is not converted)"
     return f"{path.name}: {where}{shown}: {msg}"
+
+
+# pydantic's strict-mode error types, and what to write instead.
+_STRICT_TYPES = {
+    "int_type": "a whole number without quotes",
+    "float_type": "a number without quotes",
+    "string_type": "a quoted string",
+    "bool_type": "true or false, without quotes",
+}
 
 
 def _allowed_keys_for(loc: tuple[Any, ...]) -> list[str]:
@@ -363,10 +397,14 @@ def load(path: Path | str | None = None) -> Config:
         raise UsageError(f"{path}: cannot read it ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
     try:
         config = Config.model_validate(raw).model_copy(update={"path": path.resolve()})
     except ValidationError as exc:
         raise UsageError(_one_line(path, exc)) from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
     _check_references(config)
     return config
 
@@ -382,7 +420,7 @@ def _check_references(config: Config) -> None:
             if patch not in config.patches:
                 raise UsageError(
                     f'{name}: tracks."{version}".patches names {patch!r}, which has no [patches.{patch}] '
-                    f"(patches: {', '.join(sorted(config.patches)) or 'none'})"
+                    f"(patches: {', '.join(sorted(config.patches)) or 'none'}{suggest(patch, config.patches)})"
                 )
         unknown = sorted(set(track.sgl_kernel.install) - set(config.profiles))
         missing = sorted(set(config.profiles) - set(track.sgl_kernel.install))
@@ -392,17 +430,89 @@ def _check_references(config: Config) -> None:
                 f"({', '.join(sorted(config.profiles))}); "
                 + (f"unknown: {', '.join(unknown)}" if unknown else f"missing: {', '.join(missing)}")
             )
+        twice = sorted({p for p in track.patches if track.patches.count(p) > 1})
+        if twice:
+            raise UsageError(f'{name}: tracks."{version}".patches lists {twice[0]!r} twice (each patch once)')
+        for i, rule in enumerate(track.runtime):
+            wanted = rule.requires_patch
+            if wanted is not None and wanted not in config.patches:
+                raise UsageError(
+                    f'{name}: tracks."{version}".runtime.{i}.requires_patch: unknown patch {wanted!r} '
+                    f"(patches: {', '.join(sorted(config.patches)) or 'none'}{suggest(wanted, config.patches)})"
+                )
+    root = config.root.resolve()
     for patch_name, patch in config.patches.items():
         for i, variant in enumerate(patch.variants):
-            if not (config.root / variant.file).is_file():
-                raise UsageError(f"{name}: patches.{patch_name}.variants.{i}.file = {variant.file!r}: no such file")
+            key = f"{name}: patches.{patch_name}.variants.{i}.file = {variant.file!r}"
+            file = (config.root / variant.file).resolve()
+            if not file.is_relative_to(root):
+                raise UsageError(f"{key}: outside the repository ({root}); patch files live under patches/")
+            if not file.is_file():
+                raise UsageError(f"{key}: no such file")
+    for mode_name, mode in config.modes.items():
+        _check_mode(name, mode_name, mode)
+    needed = image_cmd_mode(config.root)
+    if needed is not None and needed not in config.modes:
+        raise UsageError(
+            f"{name}: [modes] has no {needed!r}, the mode the image's CMD runs (Dockerfile CMD [{needed!r}]) "
+            f"(modes: {', '.join(sorted(config.modes))}{suggest(needed, config.modes)})"
+        )
     if config.defaults.sglang not in config.tracks:
         raise UsageError(
             f"{name}: defaults.sglang = {config.defaults.sglang!r} has no track "
-            f"(tracks: {', '.join(sorted(config.tracks, key=Version))})"
+            f"(tracks: {', '.join(sorted(config.tracks, key=Version))}{suggest(config.defaults.sglang, config.tracks)})"
         )
     if config.defaults.profile not in config.profiles:
         raise UsageError(
             f"{name}: defaults.profile = {config.defaults.profile!r} is not a profile "
-            f"(profiles: {', '.join(sorted(config.profiles))})"
+            f"(profiles: {', '.join(sorted(config.profiles))}{suggest(config.defaults.profile, config.profiles)})"
         )
+
+
+def _check_mode(name: str, mode_name: str, mode: Mode) -> None:
+    """An EAGLE mode's presets must be a draft tree SGLang can run: draft tokens from 2 to
+    1 + top-k + (steps - 1) * top-k^2 (the tree's candidates plus the root)."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", mode_name):
+        raise UsageError(
+            f"{name}: [modes.{mode_name}]: a mode name is lower-case letters, digits, '-' and '_' "
+            "(it is the image's first argument, e.g. `docker run IMAGE eagle3`)"
+        )
+    steps, topk, tokens = mode.spec_num_steps, mode.spec_eagle_topk, mode.spec_num_draft_tokens
+    presets = {"spec_num_steps": steps, "spec_eagle_topk": topk, "spec_num_draft_tokens": tokens}
+    given = [key for key, value in presets.items() if value is not None]
+    if given and not mode.draft:
+        raise UsageError(
+            f"{name}: modes.{mode_name}.{given[0]} is set but draft = false: the EAGLE-3 presets apply only "
+            "to a mode with a drafter (set draft = true, or remove them)"
+        )
+    if tokens is not None and tokens < 2:
+        raise UsageError(f"{name}: modes.{mode_name}.spec_num_draft_tokens = {tokens}: allowed from 2")
+    if steps is None or topk is None or tokens is None:
+        return
+    most = 1 + topk + (steps - 1) * topk * topk
+    if tokens > most:
+        raise UsageError(
+            f"{name}: modes.{mode_name}.spec_num_draft_tokens = {tokens}: allowed 2 to {most} for "
+            f"spec_num_steps {steps} and spec_eagle_topk {topk} (1 + top-k + (steps - 1) * top-k^2)"
+        )
+
+
+def image_cmd_mode(root: Path) -> str | None:
+    """The mode the Dockerfile's CMD runs (CMD ["baseline"]), or None without a Dockerfile or an exec-form CMD."""
+    dockerfile = root / "Dockerfile"
+    if not dockerfile.is_file():
+        dockerfile = ROOT / "Dockerfile"
+    try:
+        lines = dockerfile.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    cmds = [line.strip()[3:].strip() for line in lines if line.strip().upper().startswith("CMD ")]
+    if not cmds:
+        return None
+    try:
+        argv = json.loads(cmds[-1])
+    except ValueError:
+        return None
+    if isinstance(argv, list) and argv and isinstance(argv[0], str) and not argv[0].startswith("-"):
+        return argv[0]
+    return None

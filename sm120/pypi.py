@@ -2,8 +2,11 @@
 
 Everything is cached under ~/.cache/sglang-sm120/pypi (SGLANG_SM120_CACHE moves the root):
 
-    pypi/wheels/<wheel file>         verified against PyPI's sha256
+    pypi/wheels/<wheel file>         verified against PyPI's sha256 (hashed on every use, never size-compared)
     pypi/meta/<version>.json         which file was picked for a release, its sha256 (lets a release be used offline)
+
+A cached file that does not check out (a metadata file that is not one, a wheel whose sha256 is not the
+recorded one) is fetched again once; if it still does not check out, the error names the file to delete.
     pypi/src/<version>/              the wheel's .py files and dist-info (enough for `patches check`)
 
 Up to 0.5.9 SGLang shipped one pure-Python wheel; later releases ship compiled wheels per Python and platform,
@@ -15,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -131,15 +135,35 @@ def _meta_path(version: str) -> Path:
     return cache_root() / "meta" / f"{version}.json"
 
 
-def wheel_for(version: str) -> WheelFile:
-    """The wheel that stands for `version`: from the cache when known, else from PyPI (one line if missing)."""
+def _read_meta(meta: Path, version: str) -> WheelFile | None:
+    """The cached record for a release, or None when it is missing or not a record of this release."""
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        wheel = WheelFile(**data)
+    except (OSError, ValueError, TypeError, RecursionError):
+        return None
+    valid = (
+        isinstance(wheel.filename, str)
+        and wheel.filename.endswith(".whl")
+        and "/" not in wheel.filename
+        and isinstance(wheel.url, str)
+        and isinstance(wheel.sha256, str)
+        and re.fullmatch(r"[0-9a-f]{64}", wheel.sha256) is not None
+        and isinstance(wheel.size, int)
+        and wheel.version == version
+    )
+    return wheel if valid else None
+
+
+def wheel_for(version: str, *, refresh: bool = False) -> WheelFile:
+    """The wheel that stands for `version`: from the cache when known (and sound), else from PyPI."""
     parse_version(version)
     meta = _meta_path(version)
-    if meta.exists():
-        try:
-            return WheelFile(**json.loads(meta.read_text()))
-        except (ValueError, TypeError):
-            meta.unlink()
+    if not refresh and meta.exists():
+        cached = _read_meta(meta, version)
+        if cached is not None:
+            return cached
+        meta.unlink(missing_ok=True)  # not a record of this release: fetched again below
     releases = all_releases()
     files = releases.get(version)
     if files is None:  # PyPI spells versions as uploaded; match 0.5.10.post1 == 0.5.10-post1 too
@@ -182,16 +206,10 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download(version: str, *, progress: Callable[[str], None] | None = None) -> Path:
-    """The release's wheel in the cache, downloaded and sha256-checked if not there yet."""
-    wheel = wheel_for(version)
-    target = cache_root() / "wheels" / wheel.filename
-    if target.exists() and target.stat().st_size == wheel.size:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+def _fetch(wheel: WheelFile, partial: Path, progress: Callable[[str], None] | None) -> str:
+    """Download the wheel to `partial`; return its sha256."""
     if progress:
         progress(f"downloading {wheel.filename} ({wheel.size / 2**20:.1f} MiB)")
-    partial = target.with_name(target.name + ".part")
     try:
         with requests.get(wheel.url, stream=True, timeout=TIMEOUT) as response:
             response.raise_for_status()
@@ -206,12 +224,42 @@ def download(version: str, *, progress: Callable[[str], None] | None = None) -> 
     except requests.RequestException as exc:
         partial.unlink(missing_ok=True)
         raise CheckFailed(f"downloading {wheel.filename} failed: {type(exc).__name__}") from None
-    digest = _sha256(partial)
-    if digest != wheel.sha256:
-        partial.unlink()
-        raise CheckFailed(f"{wheel.filename}: sha256 {digest} does not match PyPI's {wheel.sha256}")
-    partial.replace(target)
-    return target
+    return _sha256(partial)
+
+
+def download(version: str, *, progress: Callable[[str], None] | None = None) -> Path:
+    """The release's wheel in the cache, downloaded and sha256-checked if not there yet or not sound.
+
+    A cached wheel is hashed (a size can match a corrupt file). A mismatch fetches the metadata and the wheel
+    again, once; a second mismatch is an error naming what to delete.
+    """
+    wheel = wheel_for(version)
+    target = cache_root() / "wheels" / wheel.filename
+    refreshed = False
+    if target.is_file():
+        if _sha256(target) == wheel.sha256:
+            return target
+        wheel, refreshed = wheel_for(version, refresh=True), True  # the record may be the stale half
+        target = cache_root() / "wheels" / wheel.filename
+        if target.is_file() and _sha256(target) == wheel.sha256:
+            return target
+    digest = ""
+    for _attempt in (1, 2):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".part")
+        digest = _fetch(wheel, partial, progress)
+        if digest == wheel.sha256:
+            partial.replace(target)
+            return target
+        partial.unlink(missing_ok=True)
+        if not refreshed:
+            wheel, refreshed = wheel_for(version, refresh=True), True
+            target = cache_root() / "wheels" / wheel.filename
+    target.unlink(missing_ok=True)
+    raise CheckFailed(
+        f"{wheel.filename}: sha256 {digest} does not match PyPI's {wheel.sha256}, also when fetched again; "
+        f"delete {_meta_path(version)} and {target} and retry (or check the index, {INDEX})"
+    )
 
 
 def _bar(total: int, desc: str) -> Any:
@@ -246,10 +294,18 @@ def extract(wheel: Path, dest: Path, *, python_only: bool) -> Path:
 
 
 def source_tree(version: str, *, progress: Callable[[str], None] | None = None) -> Path:
-    """The release's Python sources (site-packages layout) in the cache, for checks. Extracted once."""
+    """The release's Python sources (site-packages layout) in the cache, for checks. Extracted once, from the
+    wheel the record names (a tree from another wheel, e.g. before the record was fetched again, is redone)."""
     target = cache_root() / "src" / version
-    if (target / ".complete").exists():
-        return target
+    marker = target / ".complete"
+    if marker.exists():
+        wheel = wheel_for(version)
+        try:
+            done = marker.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            done = ""
+        if done == wheel.filename:
+            return target
     wheel = download(version, progress=progress)
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=target.parent))

@@ -6,6 +6,7 @@ from: the variable (TP_SIZE='x'), EXTRA_ARGS, or the argument after `--`.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shlex
 from collections.abc import Mapping
@@ -76,7 +77,10 @@ INTEGERS: dict[str, tuple[int, int | None]] = {
     "--speculative-num-draft-tokens": (2, None),
 }
 _HOST = re.compile(r"^[A-Za-z0-9._:%\[\]-]+$")
-_ADDR = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d+)$")
+_ADDR = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]+)$")
+# What SGLang's int() and the HEALTHCHECK's URL both read the same way: ASCII digits (int() also takes '+5',
+# ' 5', '5_0' and other scripts' digits, which the HEALTHCHECK's URL and a person reading the log do not).
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
 
 
 def _env(environ: Mapping[str, str], name: str) -> str | None:
@@ -103,6 +107,8 @@ def build(presets: Presets, mode: Mode, environ: Mapping[str, str], sglang_args:
         value = _env(environ, var.name)
         if value is None or var.option is None:
             continue
+        if var.option in INTEGERS:  # checked as given: the HEALTHCHECK reads PORT without stripping it
+            value = environ[var.name]
         if not mode.draft and (var.name == "DRAFT_MODEL_PATH" or var.name in SPEC_VARIABLES):
             log.note(f"{var.name} is ignored in {mode.name} mode")
             continue
@@ -124,14 +130,29 @@ def build(presets: Presets, mode: Mode, environ: Mapping[str, str], sglang_args:
     return cmd
 
 
+def _host_ok(value: str) -> bool:
+    """A name or an address SGLang (uvicorn) can bind: dotted digits must be an IPv4 address, ':' an IPv6 one."""
+    if not _HOST.match(value):
+        return False
+    if re.fullmatch(r"[0-9.]+", value) or ":" in value:
+        try:
+            ipaddress.ip_address(value.strip("[]"))
+        except ValueError:
+            return False
+    return not value.startswith(("-", ".")) and ".." not in value
+
+
 def _integer(item: Item) -> int:
     low, high = INTEGERS[item.option]
     allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
     value = item.value
     if value is None:
         raise UsageError(f"{item.label()}: {item.option} needs a value", f"allowed: {allowed}")
-    if not re.fullmatch(r"[+-]?\d+", value.strip()):
-        raise UsageError(f"{item.label()} is not an integer", f"allowed: {allowed}")
+    if not _DECIMAL.fullmatch(value):
+        raise UsageError(
+            f"{item.label()} is not an integer written in plain ASCII digits",
+            f"allowed: {allowed} (0-9 only: no sign, spaces, leading zeros or other digits)",
+        )
     number = int(value)
     if number < low or (high is not None and number > high):
         raise UsageError(f"{item.label()} is out of range", f"allowed: {allowed}")
@@ -164,7 +185,7 @@ def effective(cmd: Command, mode: Mode, log: Log) -> Effective:
             ints[option] = _integer(item)
 
     host = cmd.last("--host")
-    if host is not None and not _HOST.match(host.value or ""):
+    if host is not None and not _host_ok(host.value or ""):
         raise UsageError(f"{host.label()} is not a host name or address", "allowed: e.g. 0.0.0.0, ::, 10.0.0.5")
 
     tp, pp = ints.get("--tp-size", 1), ints.get("--pp-size", 1)

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Iterable
 from typing import TextIO
 
 PROG = "entrypoint"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: str) -> str:
+    """Text with its control characters escaped (a newline in a path must not make a second line)."""
+    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
 
 
 class UsageError(Exception):
@@ -17,7 +26,7 @@ class UsageError(Exception):
         self.lines = [message, *details][:3]
 
     def render(self) -> str:
-        first, *rest = self.lines
+        first, *rest = (one_line(line) for line in self.lines)
         return "".join([f"{PROG}: error: {first}\n", *(f"  {line}\n" for line in rest)])
 
 
@@ -25,6 +34,12 @@ class ImageError(UsageError):
     """The image itself is broken (its baked plan is missing or unreadable): exit status 1."""
 
     exit_code = 1
+
+
+def suggest(name: str, allowed: Iterable[str]) -> str:
+    """'; perhaps you meant X' for the closest allowed name, or ''."""
+    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
+    return f"; perhaps you meant {close[0]}" if close else ""
 
 
 def show(value: object, limit: int = 160) -> str:
@@ -53,6 +68,6 @@ class Log:
 
     def flush(self, stream: TextIO) -> None:
         for line in self.lines():
-            stream.write(f"[{PROG}] {line}\n")
+            stream.write(f"[{PROG}] {one_line(line)}\n")
         stream.flush()
         self.entries.clear()

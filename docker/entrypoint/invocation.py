@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from .errors import UsageError, show
+from .errors import UsageError, show, suggest
 
 DEFAULT_MODE = "baseline"
 OPTIONS = ("--dry-run", "--help", "-h")
@@ -36,7 +36,7 @@ def parse(argv: list[str], modes: Collection[str], environ: Mapping[str, str]) -
             inv.program = list(argv)
             return inv
         raise UsageError(
-            f"unknown mode {show(argv[0])}",
+            f"unknown mode {show(argv[0])}{suggest(argv[0], modes)}",
             f"modes: {', '.join(sorted(modes))}; or a program on PATH (e.g. bash); see --help",
         )
 
@@ -50,7 +50,8 @@ def parse(argv: list[str], modes: Collection[str], environ: Mapping[str, str]) -
             inv.help = True
         elif token.startswith("-"):
             raise UsageError(
-                f"unknown entrypoint option {show(token)} (options: --dry-run, --help)",
+                f"unknown entrypoint option {show(token)} (options: --dry-run, --help)"
+                f"{suggest(token, ('--dry-run', '--help'))}",
                 f"SGLang options go after --, e.g. `{inv.mode if mode_given else DEFAULT_MODE} -- {token} ...`",
             )
         elif not mode_given and token in modes:

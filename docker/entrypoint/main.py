@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
-from . import command, helptext, invocation, models, parser_check, preflight, presets, rules, sglang_source
+from . import (
+    command,
+    errors,
+    helptext,
+    invocation,
+    models,
+    options,
+    parser_check,
+    preflight,
+    presets,
+    rules,
+    sglang_source,
+)
 from .errors import ImageError, Log, UsageError
 
 # What an EAGLE-3 target must have (speculative/eagle_worker.py, model_executor/model_runner.py).
@@ -19,8 +33,21 @@ def _sglang(cmd_argv: list[str]) -> list[str]:
     return [sys.executable, "-m", "sglang.launch_server", *cmd_argv]
 
 
+def quote(word: str) -> str:
+    """shlex.quote, except that a word with control characters (a newline in a path) is written $'...' (bash's
+    ANSI-C quoting), so the command stays on one line."""
+    if not re.search(r"[\x00-\x1f\x7f]", word):
+        return shlex.quote(word)
+    escaped = "".join(
+        {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c)
+        or (f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c)
+        for c in word
+    )
+    return f"$'{escaped}'"
+
+
 def _shell_line(argv: list[str], env: Mapping[str, str]) -> str:
-    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(argv)])
+    return " ".join([*(f"{k}={quote(v)}" for k, v in env.items()), *(quote(a) for a in argv)])
 
 
 def _check_models(eff: command.Effective, installed: sglang_source.InstalledSGLang | None, log: Log) -> models.Model:
@@ -79,7 +106,7 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
     if {"-h", "--help"} & set(inv.sglang_args):  # SGLang's own help: nothing to check
         final = _sglang(inv.sglang_args)
         if inv.dry_run:
-            print(shlex.join(final))
+            print(_shell_line(final, {}))
             return 0
         try:
             os.execve(final[0], final, dict(environ))
@@ -87,11 +114,12 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
             raise ImageError(f"cannot start {final[0]}: {exc.strerror or exc}") from None
 
     cmd = command.build(loaded, mode, environ, inv.sglang_args, log)
+    installed = sglang_source.locate()
+    options.check_spelling(cmd, installed.options() if installed else (), installed.version if installed else None)
     eff = command.effective(cmd, mode, log)
     port = cmd.last("--port")
     if port is not None and port.source not in ("PORT", "default") and environ.get("PORT", "").strip() != port.value:
         log.warn(f"{port.label()}: the image's HEALTHCHECK reads PORT; set PORT={port.value} instead of --port")
-    installed = sglang_source.locate()
     if installed is not None and installed.version and installed.version != loaded.sglang_version:
         log.warn(f"the installed SGLang is {installed.version}, the presets are for {loaded.sglang_version}")
     target = _check_models(eff, installed, log)
@@ -106,7 +134,10 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         preflight.check_gpus(gpus, eff.gpus_per_node, what, loaded.cuda_archs, log)
         preflight.check_shm(eff.gpus_per_node, log)
         preflight.check_caches(environ.get("SM120_CACHE_DIR") or loaded.cache_dir, environ, log)
-    outcome = parser_check.check(cmd, installed is not None, environ, log)
+    relied_on = set(options.RELIED_ON) | set(command.INTEGERS)
+    relied_on |= {options.canonical(a) for r in loaded.runtime for a in r.args if options.is_option(a)}
+    relied_on |= {options.canonical(a) for r in loaded.left_out for a in r.args if options.is_option(a)}
+    outcome = parser_check.check(cmd, installed is not None, environ, log, relied_on)
     final = _sglang(cmd.argv())
 
     if inv.dry_run:
@@ -137,3 +168,14 @@ def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except RecursionError:  # a value nested beyond reason (a config.json, a plan) that a check walked into
+        sys.stderr.write("entrypoint: error: an input is nested too deeply to check (a config.json or the plan)\n")
+        return 2
+    except Exception as exc:  # a bug here must not hide the request behind a traceback: one line, exit 1
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f" at {Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}" if tb is not None else ""
+        text = errors.one_line(f"{type(exc).__name__}: {exc}")[:300]
+        sys.stderr.write(f"entrypoint: internal error{where}: {text} (please report it)\n")
+        return 1

@@ -12,7 +12,9 @@ instead of after a ten-minute load:
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,29 +56,106 @@ class Model:
         return None
 
 
-def open_model(item: Item) -> Model:
-    value = item.value or ""
-    path = Path(value).expanduser()
-    if not path.exists() and not value.startswith(("/", ".", "~")) and _REPO_ID.match(value):
-        return Model(item, None, {})
-    if not path.exists():
-        raise UsageError(f"{item.label()}: no such directory", "mount the model directory, e.g. -v /models:/models")
-    if not path.is_dir():
-        raise UsageError(f"{item.label()}: is a file, not a directory", "give the directory that holds config.json")
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise UsageError(
-            f"{item.label()}: the directory has no config.json", "give the model's own directory (with config.json)"
-        )
+CONFIG_MAX_BYTES = 64 << 20  # a model's config.json is kilobytes; anything this large is not one
+
+
+def access_hint(path: Path) -> str:
+    """Who may enter the path and what to change: one line for an error about a path this user cannot read."""
+    uid = os.getuid()
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{item.label()}: config.json cannot be read ({exc})") from None
+        st = path.stat()
+        owner = f"owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}"
+        user = f"--user {st.st_uid}:{st.st_gid}"
+    except OSError:
+        owner, user = "", "--user UID:GID of its owner"
+    return (
+        f"uid {uid} cannot read {path}" + (f" ({owner})" if owner else "") + "; on the host: chmod -R a+rX "
+        f"{path}, or run the container with {user}"
+    )
+
+
+def _blocked(path: Path) -> Path:
+    """The first directory on the way to path (path included) that this user cannot enter."""
+    full = Path(os.path.abspath(path))
+    for probe in [*reversed(full.parents), full]:
+        if not os.access(probe, os.X_OK):
+            return probe
+    return full
+
+
+def _exists(path: Path, item: Item) -> bool:
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return False
+    except PermissionError:
+        raise UsageError(f"{item.label()}: {access_hint(_blocked(path))}") from None
+    except OSError as exc:  # a loop of links, a name too long
+        raise UsageError(f"{item.label()}: cannot be read ({exc.strerror or exc})") from None
+    return True
+
+
+def _read_config(config_file: Path, item: Item) -> dict[str, Any]:
+    label = item.label()
+    try:
+        st = os.stat(config_file)
+    except FileNotFoundError:
+        raise UsageError(
+            f"{label}: the directory has no config.json", "give the model's own directory (with config.json)"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"{label}: {config_file} cannot be read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{label}: {config_file} is a directory", "config.json must be the model's JSON file")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{label}: {config_file} is not a regular file", "config.json must be the model's JSON file")
+    if st.st_size > CONFIG_MAX_BYTES:
+        raise UsageError(f"{label}: {config_file} is {st.st_size} bytes, not a model's config.json (kilobytes)")
+    try:
+        with open(config_file, "rb") as handle:
+            data = handle.read(CONFIG_MAX_BYTES + 1)
+    except PermissionError:
+        raise UsageError(f"{label}: {access_hint(config_file)}") from None
+    except OSError as exc:
+        raise UsageError(f"{label}: {config_file} cannot be read ({exc.strerror or exc})") from None
+    try:
+        config = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"{label}: {config_file} is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{item.label()}: config.json is not JSON ({exc.msg}, line {exc.lineno})") from None
+        raise UsageError(f"{label}: config.json is not JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise UsageError(f"{label}: config.json is nested too deeply to be a model's config") from None
     if not isinstance(config, dict):
-        raise UsageError(f"{item.label()}: config.json is not a JSON object")
-    return Model(item, path, config)
+        raise UsageError(
+            f"{label}: config.json is not a JSON object (a {type(config).__name__})",
+            'a model\'s config.json is an object such as {"architectures": [...], ...}',
+        )
+    return config
+
+
+def open_model(item: Item) -> Model:
+    """The model at the item's path, exactly as SGLang will get it (no ~ expansion: there is no shell)."""
+    value = item.value or ""
+    path = Path(value)
+    if not _exists(path, item) and not value.startswith(("/", ".", "~")) and _REPO_ID.match(value):
+        return Model(item, None, {})
+    if not _exists(path, item):
+        hint = "mount the model directory, e.g. -v /models:/models"
+        if value.startswith("~"):
+            hint = "~ is not expanded (SGLang gets the path as written): give the full path"
+        raise UsageError(f"{item.label()}: no such directory", hint)
+    try:
+        is_dir = path.is_dir()
+    except OSError:
+        is_dir = False
+    if not is_dir:
+        raise UsageError(f"{item.label()}: is a file, not a directory", "give the directory that holds config.json")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise UsageError(f"{item.label()}: {access_hint(path)}")
+    return Model(item, path, _read_config(path / "config.json", item))
 
 
 def _unwrap(quant: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -90,11 +169,14 @@ def _unwrap(quant: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _modelopt_method(quant: Mapping[str, Any]) -> str | None:
     conf = _unwrap(quant)
-    algo = str(conf.get("quant_algo") or "")
+    algo = conf.get("quant_algo")
+    algo = algo if isinstance(algo, str) else ""
     if algo == "MIXED_PRECISION":
-        layers = conf.get("quantized_layers") or {}
+        layers = conf.get("quantized_layers")
+        layers = layers if isinstance(layers, Mapping) else {}
         nvfp4 = any(
-            str(info.get("quant_algo", "")).upper() in ("NVFP4", "W4A16_NVFP4")
+            (info.get("quant_algo") if isinstance(info.get("quant_algo"), str) else "").upper()
+            in ("NVFP4", "W4A16_NVFP4")
             for info in layers.values()
             if isinstance(info, Mapping)
         )
@@ -122,14 +204,13 @@ def quantization(model: Model) -> str | None:
             if isinstance(method, str):
                 return method
     hf_quant = model.path / "hf_quant_config.json"
-    if hf_quant.is_file():
-        try:
-            data = json.loads(hf_quant.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+    try:
+        if not hf_quant.is_file() or hf_quant.stat().st_size > CONFIG_MAX_BYTES:
             return None
-        if isinstance(data, Mapping):
-            return _modelopt_method(data)
-    return None
+        data = json.loads(hf_quant.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return _modelopt_method(data) if isinstance(data, Mapping) else None
 
 
 def check_drafter(draft: Model) -> str | None:

@@ -7,11 +7,16 @@ preset added is gone once the user passes the option themselves).
 
 Without SGLang's parser at hand the items are found the way argparse reads them: an option starts at a token
 that begins with '-' (a negative number does not), and takes the tokens up to the next option as values.
+
+argparse also takes any unambiguous prefix of an option (`--tp 4` is `--tp-size 4`), which the checks here
+would not see: `check_spelling` refuses every abbreviation, from any layer, against the installed SGLang's own
+option list (else the options this entrypoint relies on).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from .errors import UsageError, show
@@ -24,6 +29,27 @@ ALIASES = {
     "--pipeline-parallel-size": "--pp-size",
     "--nccl-init-addr": "--dist-init-addr",
 }
+
+# The SGLang options the entrypoint sets, reads or checks (used when the installed SGLang's list is unknown).
+RELIED_ON = frozenset(
+    {
+        *ALIASES,
+        *ALIASES.values(),
+        "--host",
+        "--port",
+        "--nnodes",
+        "--node-rank",
+        "--speculative-algorithm",
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--speculative-num-draft-tokens",
+        "--quantization",
+        "--config",
+        "--moe-runner-backend",
+        "--enable-torch-symm-mem",
+        "--enable-flashinfer-allreduce-fusion",
+    }
+)
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+(\.\d*)?([eE][-+]?\d+)?$")
 
@@ -79,6 +105,12 @@ def group(tokens: list[str], source: str) -> list[Item]:
     """Tokens -> items; a value before any option is a mistake (SGLang takes no positional arguments)."""
     items: list[Item] = []
     for token in tokens:
+        if token == "--":
+            where = "after --" if source == USER else source
+            raise UsageError(
+                f"{where}: a second '--' (argparse would end SGLang's options there)",
+                "give SGLang's options after the first -- only, e.g. `eagle3 -- --mem-fraction-static 0.85`",
+            )
         if is_option(token):
             items.append(Item([token], source))
         elif items:
@@ -137,3 +169,25 @@ class Command:
 
     def has(self, option: str) -> bool:
         return self.last(option) is not None
+
+
+def check_spelling(cmd: Command, known: Collection[str], version: str | None) -> None:
+    """Refuse an option spelled as a prefix of SGLang options (argparse would take it as an abbreviation)."""
+    options = frozenset(known) or RELIED_ON
+    whose = f"SGLang {version}" if version and known else "SGLang"
+    for item in [*cmd.base, *cmd.extra, *cmd.user]:
+        name = item.tokens[0].split("=", 1)[0]
+        if not name.startswith("--") or name in options:
+            continue
+        longer = sorted(o for o in options if o.startswith(name))
+        if not longer:
+            continue  # not an abbreviation; SGLang's parser says whether it is an option at all
+        if len(longer) == 1:
+            what = f"an abbreviation of {longer[0]}"
+        else:
+            more = ", ..." if len(longer) > 3 else ""
+            what = f"an abbreviation of {len(longer)} options ({', '.join(longer[:3])}{more})"
+        raise UsageError(
+            f"{item.label()}: {name} is {what}; the checks here would not see it",
+            f"spell {whose}'s options in full, e.g. {longer[0]}" + (f" {item.value}" if item.value else ""),
+        )

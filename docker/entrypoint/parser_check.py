@@ -7,13 +7,15 @@ option or a bad value is exit 2, naming where it came from; no SGLang here is a 
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import Log, UsageError
 from .options import Command, canonical
@@ -39,7 +41,17 @@ def _culprit(cmd: Command, message: str) -> str:
     return ""
 
 
-def check(cmd: Command, found: bool, environ: Mapping[str, str], log: Log) -> Outcome:
+def _unknown_hint(error: str, known: list[str]) -> str | None:
+    """'perhaps you meant --tp-size' for the first unrecognized option of an argparse message."""
+    match = re.search(r"unrecognized arguments: (\S+)", error)
+    if not match or not known:
+        return None
+    name = match.group(1).split("=", 1)[0]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"perhaps you meant {close[0]}" if close else None
+
+
+def check(cmd: Command, found: bool, environ: Mapping[str, str], log: Log, relied_on: Collection[str] = ()) -> Outcome:
     if not found:
         summary = "SGLang is not importable here: the command was NOT checked by SGLang's parser"
         log.note(summary)
@@ -49,7 +61,7 @@ def check(cmd: Command, found: bool, environ: Mapping[str, str], log: Log) -> Ou
     try:
         run = subprocess.run(
             [sys.executable, str(SCRIPT)],
-            input=json.dumps(cmd.argv()),
+            input=json.dumps({"argv": cmd.argv(), "options": sorted(relied_on)}),
             capture_output=True,
             text=True,
             timeout=TIMEOUT_S,
@@ -66,35 +78,53 @@ def check(cmd: Command, found: bool, environ: Mapping[str, str], log: Log) -> Ou
         summary = f"SGLang's parser failed to run ({tail}): the command was NOT checked"
         log.warn(summary)
         return Outcome(False, summary)
-    result = json.loads(lines[-1][len(MARK) :])
+    try:
+        result = json.loads(lines[-1][len(MARK) :])
+    except ValueError:
+        result = {"status": "unavailable", "error": "unreadable answer"}
     version = result.get("version") or "?"
-    if result["status"] == "rejected":
+    if result.get("status") == "rejected":
         error = str(result.get("error", "")).strip()
         culprit = _culprit(cmd, error)
         short = error if len(error) <= 200 else error[:196] + " ..."
+        hint = _unknown_hint(error, list(result.get("options") or []))
         raise UsageError(
             f"SGLang {version} does not accept {culprit or 'the command'}",
             f"its parser says: {short}",
+            *([hint] if hint else []),
         )
     if result["status"] == "unavailable":
         summary = f"SGLang's parser could not be loaded ({result.get('error')}): the command was NOT checked"
         log.warn(summary)
         return Outcome(False, summary)
-    _same_reading(cmd, result.get("values") or {}, version)
+    _same_reading(cmd, result.get("readings") or {}, version)
     summary = f"the command is accepted by SGLang {version}'s own parser"
     log.note(summary)
     return Outcome(True, summary)
 
 
-def _same_reading(cmd: Command, values: Mapping[str, object], version: str) -> None:
-    """SGLang must read the values the entrypoint checked (an abbreviation like --tp would slip past it)."""
-    for option, theirs in values.items():
-        ours = cmd.last(option)
-        if ours is None or ours.value is None or theirs is None:
+def _same_reading(cmd: Command, readings: Mapping[str, Any], version: str) -> None:
+    """SGLang must read what the entrypoint checked, for every option the checks and rules rely on: one it
+    did not see (an abbreviation, a --config file) must be at SGLang's default."""
+    for option, reading in readings.items():
+        if not isinstance(reading, Mapping) or canonical(option) != option:  # an alias: its option is compared
             continue
-        same = str(theirs) == ours.value.strip() or (isinstance(theirs, int) and ours.value.strip() == f"+{theirs}")
+        if option == "--config":  # the file's options are merged into the command: they are compared instead
+            continue
+        ours = cmd.last(canonical(option))  # the entrypoint's own reading: an alias it does not know is not seen
+        theirs, default = reading.get("value"), reading.get("default")
+        if reading.get("flag"):
+            same = (ours is not None) == (theirs != default)
+        elif ours is None:
+            same = theirs == default
+        elif isinstance(theirs, list):
+            same = [str(v) for v in theirs] == ours.values
+        else:
+            same = theirs is not None and str(theirs) == ours.value
         if not same:
+            checked = ours.label() if ours is not None else f"no {option} (SGLang's default {default!r})"
             raise UsageError(
-                f"SGLang {version} reads {option} as {theirs!r}, the entrypoint checked {ours.label()}",
-                f"an abbreviated option? write SGLang's options in full (e.g. {option})",
+                f"SGLang {version} reads {option} as {theirs!r}, the entrypoint checked {checked}",
+                f"an abbreviated option or a --config file? write SGLang's options in full (e.g. {option}) "
+                "in EXTRA_ARGS or after --",
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -125,6 +126,11 @@ def visible_gpus(environ: Mapping[str, str]) -> list[Gpu]:
         wanted = [v.strip() for v in visible.split(",") if v.strip()]
         if not wanted or wanted[0] in ("-1", "NoDevFiles"):
             raise UsageError(f"CUDA_VISIBLE_DEVICES={show(visible)} hides every GPU", "unset it, or list GPU indices")
+        if not all(w.isascii() and w.isprintable() for w in wanted):
+            raise UsageError(
+                f"CUDA_VISIBLE_DEVICES={show(visible)}: not GPU indices or UUIDs",
+                "allowed: ASCII GPU indices or UUIDs, comma-separated, e.g. 0,1",
+            )
         if all(w.isdigit() for w in wanted):
             by_index = {g.index: g for g in gpus}
             gpus = [by_index[int(w)] for w in wanted if int(w) in by_index]
@@ -176,9 +182,17 @@ def check_shm(gpus_per_node: int, log: Log, path: str = "/dev/shm") -> None:
 def _writable(directory: Path) -> str | None:
     """Why the directory (or, if missing, its nearest existing parent) cannot take files; None if it can."""
     probe = directory
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
+    while True:
+        try:
+            st = os.stat(probe)
+            break
+        except PermissionError:
+            return f"cannot enter {_blocked(probe)}"
+        except OSError:  # missing (or a broken link): SGLang's libraries create it under the nearest parent
+            if probe == probe.parent:
+                return f"{probe}: no such directory"
+            probe = probe.parent
+    if not stat.S_ISDIR(st.st_mode):
         return f"{probe} is not a directory"
     try:
         fd, name = tempfile.mkstemp(prefix=".sm120-probe-", dir=probe)
@@ -187,6 +201,14 @@ def _writable(directory: Path) -> str | None:
     os.close(fd)
     os.unlink(name)
     return None
+
+
+def _blocked(path: Path) -> Path:
+    full = Path(os.path.abspath(path))
+    for probe in [*reversed(full.parents), full]:
+        if not os.access(probe, os.X_OK):
+            return probe
+    return full
 
 
 def check_caches(cache_dir: str, environ: Mapping[str, str], log: Log) -> None:
@@ -203,6 +225,7 @@ def check_caches(cache_dir: str, environ: Mapping[str, str], log: Log) -> None:
             uid = os.getuid()
             raise UsageError(
                 f"{label} is not writable by uid {uid} ({why})",
-                f"JIT caches go there: mount a named volume (-v sglang-cache:{cache_dir}) or a directory of uid {uid}",
+                f"JIT caches go there: mount a named volume (-v sglang-cache:{cache_dir}), chmod/chown the host "
+                f"directory for uid {uid}, or run the container with --user of the directory's owner",
             )
     log.note(f"JIT caches: {cache_dir} is writable")

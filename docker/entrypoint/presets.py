@@ -172,11 +172,13 @@ def load(environ: Mapping[str, str]) -> Presets:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise error(f"{label}: no such file", "it is written at build time by `build.py plan --json`") from None
-    except OSError as exc:
-        raise error(f"{label}: cannot be read ({exc.strerror or exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{label}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
     try:
         return parse(json.loads(text), str(path))
     except json.JSONDecodeError as exc:
         raise error(f"{label}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise error(f"{label}: nested too deeply to be a plan") from None
     except _Bad as exc:
         raise error(f"{label}: {exc}", "expected the output of `build.py plan --json`") from None

@@ -5,6 +5,10 @@
   the file), whether this image applied the patch or upstream already has it.
 - `registered(name)`: whether a model architecture is in SGLang's model registry (an `EntryClass` of a module
   under sglang/srt/models).
+- `options()`: every option string SGLang's CLI parser knows (`add_argument("--...")` in srt/server_args.py),
+  so an abbreviation is refused before the GPU checks, which need the values SGLang will really read. Empty
+  where the parser is built another way (0.5.23 makes its options from ServerArgs' dataclass fields): then
+  the options the entrypoint relies on stand in, and the parser check refuses the other abbreviations.
 - `methods_missing(class, methods)`: which methods a model class lacks, following its base classes by name
   through sglang/srt/models (None when that cannot be told: class not found, or a `__getattr__` on the way).
 """
@@ -36,6 +40,7 @@ class InstalledSGLang:
     package: Path  # .../site-packages/sglang
     _texts: dict[Path, str] = field(default_factory=dict, repr=False)
     _registry: set[str] | None = field(default=None, repr=False)
+    _options: frozenset[str] | None = field(default=None, repr=False)
 
     @property
     def root(self) -> Path:
@@ -74,6 +79,27 @@ class InstalledSGLang:
             if text is None or not all(re.search(p, text, re.M) for p in patterns):
                 return False, rel
         return True, ""
+
+    def options(self) -> frozenset[str]:
+        """The option strings of SGLang's CLI parser, read from server_args.py; empty when they cannot be read."""
+        if self._options is None:
+            found: set[str] = set()
+            text = self._read(self.package / "srt" / "server_args.py")
+            try:
+                tree = ast.parse(text or "")
+            except (SyntaxError, ValueError, RecursionError):
+                tree = None
+            for node in ast.walk(tree) if tree is not None else ():
+                call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                if call and node.func.attr == "add_argument":
+                    found.update(
+                        a.value
+                        for a in node.args
+                        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")
+                    )
+            # A parser assembled some other way (a loop, a helper): these are then not all of its options.
+            self._options = frozenset(found) if {"--model-path", "--tp-size", "--port"} <= found else frozenset()
+        return self._options
 
     def registered(self, name: str) -> bool:
         if self._registry is None:

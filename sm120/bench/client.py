@@ -15,9 +15,10 @@ speculative decoding, and a slow reader gets several decode steps merged into on
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,6 +30,8 @@ from ..errors import CheckFailed, UsageError
 from .prompts import Prompt
 
 CONNECT_TIMEOUT_S = 5.0
+DEFAULT_DEADLINE_S = 1800.0  # one request in all: a first request may wait for JIT compiles
+MAX_LINE_BYTES = 64 << 20
 
 
 class ServerUnreachable(CheckFailed):
@@ -90,16 +93,27 @@ def normalize_endpoint(text: str, default_port: int) -> str:
         raise UsageError("--endpoint is empty: give a URL such as http://127.0.0.1:PORT")
     if "://" not in raw:
         raw = "http://" + raw
-        parts = urlsplit(raw)
-        if parts.port is None and parts.hostname:
+        try:
+            parts = urlsplit(raw)
+            port = parts.port
+        except ValueError:
+            raise UsageError(f"--endpoint {text!r}: not a valid URL (a port is 1 to 65535)") from None
+        if port is None and parts.hostname and not parts.netloc.endswith(":"):
             raw = f"http://{parts.hostname}:{default_port}{parts.path}"
     try:
         parts = urlsplit(raw)
         _ = parts.port
     except ValueError:
-        raise UsageError(f"--endpoint {text!r}: not a valid URL") from None
+        raise UsageError(f"--endpoint {text!r}: not a valid URL (a port is 1 to 65535)") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"--endpoint {text!r}: give an http(s) URL such as http://127.0.0.1:{default_port}")
+    port_text = parts.netloc.rsplit("]", 1)[-1].rpartition(":")[2] if ":" in parts.netloc.rsplit("]", 1)[-1] else ""
+    if port_text and not (re.fullmatch(r"[0-9]{1,5}", port_text) and 1 <= int(port_text) <= 65535):
+        raise UsageError(f"--endpoint {text!r}: port {port_text!r} is not a port (1 to 65535, ASCII digits)")
+    if ":" in parts.netloc.rsplit("]", 1)[-1] and not port_text:
+        raise UsageError(f"--endpoint {text!r}: the port after ':' is empty (e.g. :{default_port})")
+    if not raw.isascii() or any(c.isspace() for c in raw):
+        raise UsageError(f"--endpoint {text!r}: not a URL (spaces or non-ASCII characters)")
     return raw.rstrip("/")
 
 
@@ -123,19 +137,33 @@ def describe(exc: BaseException) -> str:
 def probe(session: requests.Session, endpoint: str, timeout_s: float = 10.0) -> None:
     """Raise ServerUnreachable unless GET /health answers 200."""
     try:
-        resp = session.get(f"{endpoint}/health", timeout=(CONNECT_TIMEOUT_S, timeout_s))
+        with session.get(f"{endpoint}/health", timeout=(CONNECT_TIMEOUT_S, timeout_s), stream=True) as resp:
+            status = resp.status_code
     except requests.RequestException as exc:
         raise ServerUnreachable(f"cannot reach SGLang at {endpoint}: {describe(exc)}") from None
-    if resp.status_code != 200:
-        raise ServerUnreachable(f"SGLang at {endpoint} is not ready: /health answered HTTP {resp.status_code}")
+    if status != 200:
+        raise ServerUnreachable(f"SGLang at {endpoint} is not ready: /health answered HTTP {status}")
+
+
+def _bounded_json(session: requests.Session, url: str, deadline_s: float, limit: int = 1 << 22) -> Any:
+    """GET url's JSON body within deadline_s in all (a server that trickles bytes cannot hold bench), or None."""
+    t0 = time.monotonic()
+    with session.get(url, timeout=(CONNECT_TIMEOUT_S, deadline_s), stream=True) as resp:
+        if resp.status_code != 200:
+            return None
+        body = b""
+        for chunk in resp.iter_content(65536):
+            body += chunk
+            if len(body) > limit or time.monotonic() - t0 > deadline_s:
+                return None
+    return json.loads(body, parse_constant=_no_constant)
 
 
 def server_info(session: requests.Session, endpoint: str) -> dict[str, Any]:
     """What the server says about itself (GET /server_info, 0.5.9+): the settings that make a result comparable."""
     try:
-        resp = session.get(f"{endpoint}/server_info", timeout=(CONNECT_TIMEOUT_S, 30))
-        info = resp.json() if resp.status_code == 200 else {}
-    except (requests.RequestException, ValueError):
+        info = _bounded_json(session, f"{endpoint}/server_info", 30.0)
+    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError, RecursionError):
         return {}
     if not isinstance(info, dict):
         return {}
@@ -153,13 +181,29 @@ def server_info(session: requests.Session, endpoint: str) -> dict[str, Any]:
         "speculative_num_draft_tokens",
         "cuda_graph_max_bs",
     ]
-    out: dict[str, Any] = {k: info[k] for k in keys if k in info}
+    out: dict[str, Any] = {k: info[k] for k in keys if k in info and isinstance(info[k], (str, int, float, type(None)))}
     states = info.get("internal_states")
     if isinstance(states, list) and states and isinstance(states[0], dict):
-        avg = states[0].get("avg_spec_accept_length")
-        if isinstance(avg, (int, float)):
-            out["avg_spec_accept_length"] = float(avg)
+        avg = _finite(states[0].get("avg_spec_accept_length"))
+        if avg is not None:
+            out["avg_spec_accept_length"] = avg
     return out
+
+
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
+def _no_constant(name: str) -> None:
+    """json's NaN / Infinity / -Infinity: not numbers a figure can be made of (read as missing)."""
+    return None
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def _finish(meta: dict[str, Any]) -> tuple[bool, str | None, str | None]:
@@ -174,12 +218,11 @@ def _finish(meta: dict[str, Any]) -> tuple[bool, str | None, str | None]:
 
 
 def _number(meta: dict[str, Any], key: str) -> float | None:
-    value = meta.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return _finite(meta.get(key))
 
 
-def _lines(resp: requests.Response) -> Iterator[bytes]:
-    """The response's lines as soon as their bytes arrive.
+def _lines(resp: requests.Response, check: Callable[[], None]) -> Iterator[bytes]:
+    """The response's lines as soon as their bytes arrive; `check` runs after every read (the deadlines).
 
     read1 returns whatever has arrived, with chunked transfer encoding (SGLang behind uvicorn) and with a body
     delimited by the connection's close alike; requests' iter_lines(chunk_size=None) would wait for the whole
@@ -188,12 +231,15 @@ def _lines(resp: requests.Response) -> Iterator[bytes]:
     buffer = b""
     while True:
         data = resp.raw.read1(65536)
+        check()
         if not data:
             break
         buffer += data
         *complete, buffer = buffer.split(b"\n")
         for line in complete:
             yield line.rstrip(b"\r")
+        if len(buffer) > MAX_LINE_BYTES:
+            raise RunFailed(f"a line of more than {MAX_LINE_BYTES} bytes from /generate: not SGLang's stream")
     if buffer:
         yield buffer
 
@@ -206,10 +252,30 @@ def measure(
     *,
     index: int,
     read_timeout_s: float,
+    deadline_s: float = DEFAULT_DEADLINE_S,
 ) -> RunResult:
-    """Send one streaming /generate request and time it. Raises RunFailed when it does not finish."""
+    """Send one streaming /generate request and time it. Raises RunFailed when it does not finish.
+
+    Two clocks bound it: no new token for read_timeout_s (a server that sends keep-alive comment lines or
+    repeats a chunk keeps a socket's read timeout from ever firing), and deadline_s for the whole request.
+    """
     body = {"text": prompt.text, "sampling_params": settings.sampling_params(), "stream": True}
     t0 = time.perf_counter()
+    progress = {"t": t0, "tokens": 0}
+
+    def check() -> None:
+        now = time.perf_counter()
+        if now - t0 > deadline_s:
+            raise RunFailed(
+                f"the request took longer than its deadline of {deadline_s:g} s (--request-timeout) "
+                f"after {_tokens(progress['tokens'])}"
+            )
+        if now - progress["t"] > read_timeout_s:
+            raise RunFailed(
+                f"no new token for {read_timeout_s:g} s (--timeout) after {_tokens(progress['tokens'])}: "
+                "the server sends keep-alive lines or repeats chunks without tokens"
+            )
+
     try:
         resp = session.post(f"{endpoint}/generate", json=body, stream=True, timeout=(CONNECT_TIMEOUT_S, read_timeout_s))
     except requests.RequestException as exc:
@@ -225,7 +291,7 @@ def measure(
         final: dict[str, Any] | None = None
         t_end = t0
         try:
-            for line in _lines(resp):
+            for line in _lines(resp, check):
                 now = time.perf_counter()
                 if not line or not line.startswith(b"data:"):
                     continue
@@ -233,8 +299,8 @@ def measure(
                 if payload == b"[DONE]":
                     break
                 try:
-                    obj = json.loads(payload)
-                except ValueError:
+                    obj = json.loads(payload, parse_constant=_no_constant)
+                except (ValueError, RecursionError):
                     raise RunFailed(f"unreadable chunk from /generate: {payload[:80]!r}") from None
                 if not isinstance(obj, dict):
                     raise RunFailed(f"unexpected chunk from /generate: {payload[:80]!r}")
@@ -242,15 +308,18 @@ def measure(
                     err = obj["error"]
                     message = err.get("message") if isinstance(err, dict) else err
                     raise RunFailed(f"server error: {' '.join(str(message).split())[:200]}")
-                meta = obj.get("meta_info") or {}
+                meta = obj.get("meta_info")
+                meta = meta if isinstance(meta, dict) else {}
                 tokens = meta.get("completion_tokens")
-                if not isinstance(tokens, int):
-                    tokens = len(obj.get("output_ids") or [])
+                if not isinstance(tokens, int) or isinstance(tokens, bool):
+                    ids = obj.get("output_ids")
+                    tokens = len(ids) if isinstance(ids, list) else 0
                 if tokens > last_tokens:
                     if t_first is None:
                         t_first, first_tokens = now, tokens
                     chunks += 1
                     last_tokens = tokens
+                    progress["t"], progress["tokens"] = now, tokens
                 done, kind, abort = _finish(meta)
                 if abort is not None:
                     raise RunFailed(f"request aborted by the server: {' '.join(abort.split())[:200]}")
@@ -263,7 +332,8 @@ def measure(
         raise RunFailed(f"stream ended without its last chunk after {last_tokens} tokens")
     if t_first is None or last_tokens == 0:
         raise RunFailed("the server finished without generating a token")
-    meta = final.get("meta_info") or {}
+    meta = final.get("meta_info")
+    meta = meta if isinstance(meta, dict) else {}
     decode_tokens = last_tokens - first_tokens
     decode_s = t_end - t_first
     verify = meta.get("spec_verify_ct")
@@ -276,7 +346,7 @@ def measure(
         decode_tok_s=decode_tokens / decode_s if decode_tokens > 0 and decode_s > 0 else None,
         e2e_tok_s=last_tokens / (t_end - t0),
         completion_tokens=last_tokens,
-        prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
+        prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) and not isinstance(prompt_tokens, bool) else None,
         e2e_s=t_end - t0,
         decode_s=decode_s,
         chunks=chunks,
@@ -285,5 +355,5 @@ def measure(
         server_e2e_latency_s=_number(meta, "e2e_latency"),
         spec_accept_length=_number(meta, "spec_accept_length"),
         spec_accept_rate=_number(meta, "spec_accept_rate"),
-        spec_verify_ct=verify if isinstance(verify, int) else None,
+        spec_verify_ct=verify if isinstance(verify, int) and not isinstance(verify, bool) else None,
     )

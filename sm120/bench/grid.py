@@ -8,6 +8,7 @@ SGLang's own rules (0.5.9 server_args.py and speculative/eagle_utils.py) decide 
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -60,10 +61,10 @@ def canonical(steps: int, topk: int, draft: int) -> Point | None:
 
 
 def parse_list(text: str, flag: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise UsageError(f"{flag} {text!r}: give positive integers separated by commas, e.g. 2,3") from None
+    parts = [v.strip() for v in text.split(",") if v.strip()]
+    if not all(re.fullmatch(r"[0-9]{1,4}", v) for v in parts):
+        raise UsageError(f"{flag} {text!r}: give positive integers separated by commas, e.g. 2,3")
+    values = tuple(int(v) for v in parts)
     if not values or any(v < 1 for v in values):
         raise UsageError(f"{flag} {text!r}: give positive integers separated by commas, e.g. 2,3")
     return values

@@ -45,6 +45,8 @@ WARMUP = Prompt("warm-up", "warm-up", "Write a short paragraph about the history
 
 def load(path: str | Path | None = None) -> PromptSet:
     file = Path(path) if path else SHIPPED
+    if file.is_dir():
+        raise UsageError(f"--prompts {file}: a directory, not a JSONL file")
     try:
         data = file.read_bytes()
     except OSError as exc:
@@ -59,6 +61,8 @@ def load(path: str | Path | None = None) -> PromptSet:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise UsageError(f"{where}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise UsageError(f"{where}: nested too deeply to be a prompt") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or not obj["text"].strip():
             raise UsageError(f'{where}: each line must be an object with a non-empty "text"')
         pid = str(obj.get("id") or f"prompt-{len(prompts) + 1}")

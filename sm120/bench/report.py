@@ -55,6 +55,18 @@ def _source(label: dict[str, Any]) -> str:
     return "; ".join(parts) or "–"
 
 
+def _incomplete(data: dict[str, Any]) -> list[str]:
+    """'eagle3: 3 of 10 runs (interrupted)' for every label that did not finish its runs."""
+    asked = data["settings"].get("runs")
+    out = []
+    for name, label in data["labels"].items():
+        if label["status"] != "complete":
+            done = len(label["runs"])
+            of = f" of {asked}" if isinstance(asked, int) else ""
+            out.append(f"{name}: {done}{of} runs ({label['status']})")
+    return out
+
+
 def markdown(results: Results) -> str:
     data = results.to_dict()
     s = data["settings"]
@@ -69,6 +81,11 @@ def markdown(results: Results) -> str:
         "Mean with its 95 % interval (Student t); speedups are over "
         f"`{data['baseline']}`.",
         "",
+    ]
+    incomplete = _incomplete(data)
+    if incomplete:
+        lines += [f"**Incomplete: {'; '.join(incomplete)}.** The figures are of the runs that finished.", ""]
+    lines += [
         "| label | runs | decode tok/s | e2e tok/s | TTFT (s) | tokens | accept length | speedup (decode) | "
         "speedup (e2e) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -77,8 +94,9 @@ def markdown(results: Results) -> str:
         summary = label["summary"]
         speedup = data["speedup"].get(name, {})
         runs = str(len(label["runs"]))
-        if label["status"] == "failed":
-            runs += " (failed)"
+        if label["status"] != "complete":
+            asked = s.get("runs")
+            runs += (f" of {asked}" if isinstance(asked, int) else "") + f" ({label['status']})"
         decode = summary.get("decode_tok_s")
         decode_text = _mean_ci(decode)
         if decode:
@@ -123,6 +141,17 @@ def markdown(results: Results) -> str:
     return "\n".join(lines)
 
 
+def plot_title(data: dict[str, Any]) -> str:
+    """bench.png's title: what the figure shows, and which labels stopped short (runs done of runs asked)."""
+    s = data["settings"]
+    title = (
+        f"SGLang single stream: {s.get('runs')} runs per label, max {s.get('max_tokens')} tokens "
+        f"(bars: mean, whiskers: 95 % interval, dots: runs, ×: over {data['baseline']})"
+    )
+    incomplete = _incomplete(data)
+    return title + ("\nINCOMPLETE: " + "; ".join(incomplete) if incomplete else "")
+
+
 def plot(results: Results, path: Path) -> Path:
     import matplotlib
 
@@ -130,6 +159,7 @@ def plot(results: Results, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     data = results.to_dict()
+    s = data["settings"]
     names = [n for n, lab in data["labels"].items() if lab["runs"]]
     panels = [
         ("decode_tok_s", "decode tok/s"),
@@ -146,8 +176,9 @@ def plot(results: Results, path: Path) -> Path:
             if not summary:
                 continue
             err = None
-            if summary.get("ci95_low") is not None:
-                err = [[summary["mean"] - summary["ci95_low"]], [summary["ci95_high"] - summary["mean"]]]
+            if summary.get("ci95_low") is not None:  # a speed or a time: the interval stops at zero
+                low = max(summary["ci95_low"], 0.0)
+                err = [[max(summary["mean"] - low, 0.0)], [max(summary["ci95_high"] - summary["mean"], 0.0)]]
             ax.bar(i, summary["mean"], width=0.6, color=color, alpha=0.35, edgecolor=color)
             ax.errorbar(i, summary["mean"], yerr=err, fmt="none", ecolor="black", capsize=6, linewidth=1.2)
             values = [r[key] for r in label["runs"] if isinstance(r.get(key), (int, float))]
@@ -159,17 +190,20 @@ def plot(results: Results, path: Path) -> Path:
         ticks = []
         for name in names:
             r = data["speedup"].get(name, {}).get(key if key in ("decode_tok_s", "e2e_tok_s") else "", {})
-            ticks.append(f"{name}\n×{r['ratio']:.2f}" if r else name)
+            tick = f"{name}\n×{r['ratio']:.2f}" if r else name
+            label = data["labels"][name]
+            if label["status"] != "complete":
+                asked = s.get("runs")
+                tick += (
+                    f"\n{len(label['runs'])}{f' of {asked}' if isinstance(asked, int) else ''} runs, {label['status']}"
+                )
+            ticks.append(tick)
         ax.set_xticklabels(ticks, rotation=20 if len(names) > 3 else 0, ha="right" if len(names) > 3 else "center")
         ax.set_title(title)
         ax.set_ylim(bottom=0)
         ax.grid(axis="y", alpha=0.3)
-    s = data["settings"]
-    fig.suptitle(
-        f"SGLang single stream: {s.get('runs')} runs per label, max {s.get('max_tokens')} tokens "
-        f"(bars: mean, whiskers: 95 % interval, dots: runs, ×: over {data['baseline']})",
-        fontsize=10,
-    )
+    title, incomplete = plot_title(data), _incomplete(data)
+    fig.suptitle(title, fontsize=10, color="black" if not incomplete else "darkred")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -9,6 +9,7 @@ replaces its old runs.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -53,8 +54,8 @@ class Label:
         out: dict[str, Any] = {}
         for key in FIGURES:
             values = [r[key] for r in self.runs if isinstance(r.get(key), (int, float))]
-            if values:
-                out[key] = stats.summarize(values).to_dict()
+            if values:  # every figure here is a count, a rate or a time: never below zero
+                out[key] = stats.summarize(values, floor=0.0).to_dict()
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,14 +145,61 @@ class Results:
         return path
 
 
+STATUSES = ("running", "complete", "failed", "interrupted")
+
+
+def _check(data: Any) -> str | None:
+    """What is wrong with a decoded bench.json (hand-edited, another tool's, another schema), or None."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("labels"), dict):
+        return f"not a bench.json of this tool (schema {SCHEMA})"
+    for key, kind in (("settings", dict), ("baseline", str), ("created", str), ("grid", (dict, type(None)))):
+        if key in data and not isinstance(data[key], kind):
+            return f"{key} is a {type(data[key]).__name__}"
+    for name, label in data["labels"].items():
+        where = f"labels.{name}"
+        if not isinstance(label, dict):
+            return f"{where} is not an object"
+        for key, kind in (("source", dict), ("server", dict), ("runs", list), ("started", str)):
+            if key in label and not isinstance(label[key], kind):
+                return f"{where}.{key} is a {type(label[key]).__name__}"
+        if label.get("status", "complete") not in STATUSES:
+            return f"{where}.status is {label.get('status')!r} (one of {', '.join(STATUSES)})"
+        if not isinstance(label.get("error"), (str, type(None))):
+            return f"{where}.error is not text"
+        for i, run in enumerate(label.get("runs", [])):
+            if not isinstance(run, dict):
+                return f"{where}.runs.{i} is not an object"
+            for key in FIGURES:
+                value = run.get(key)
+                if value is None:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    return f"{where}.runs.{i}.{key} is {value!r}, not a finite number"
+                if value < 0:
+                    return f"{where}.runs.{i}.{key} is {value!r}: it cannot be negative"
+    grid = data.get("grid")
+    if isinstance(grid, dict):
+        points = grid.get("points", [])
+        if not isinstance(points, list) or not all(
+            isinstance(p, dict)
+            and isinstance(p.get("label"), str)
+            and all(isinstance(p.get(k), int) and not isinstance(p.get(k), bool) for k in ("steps", "topk", "draft"))
+            for p in points
+        ):
+            return "grid.points is not a list of {steps, topk, draft, label}"
+    return None
+
+
 def load(path: Path) -> Results:
     """A bench.json as Results (summaries and speedups are recomputed from the runs)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: cannot read it ({exc}); use another --out or --fresh") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("labels"), dict):
-        raise UsageError(f"{path}: not a bench.json of this tool (schema {SCHEMA}); use another --out or --fresh")
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda name: name)
+    except (OSError, ValueError, RecursionError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0][:120] or type(exc).__name__
+        raise UsageError(f"{path}: cannot read it ({reason}); use another --out or --fresh") from None
+    problem = _check(data)
+    if problem is not None:
+        raise UsageError(f"{path}: {problem}; use another --out or --fresh")
     results = Results(
         settings=data.get("settings", {}),
         baseline=data.get("baseline", BASELINE),

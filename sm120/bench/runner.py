@@ -22,6 +22,7 @@ class RunPlan:
     warmup: int
     sampling: client.SamplingSettings
     read_timeout_s: float
+    deadline_s: float = client.DEFAULT_DEADLINE_S
 
 
 class Progress:
@@ -94,7 +95,13 @@ def measure_label(
                 prompt = WARMUP
                 try:
                     run = client.measure(
-                        session, endpoint, prompt, plan.sampling, index=0, read_timeout_s=plan.read_timeout_s
+                        session,
+                        endpoint,
+                        prompt,
+                        plan.sampling,
+                        index=0,
+                        read_timeout_s=plan.read_timeout_s,
+                        deadline_s=plan.deadline_s,
                     )
                 except client.RunFailed as exc:
                     raise _failed(label, results, out_dir, f"warm-up {i + 1}/{plan.warmup}", exc) from None
@@ -103,7 +110,13 @@ def measure_label(
                 prompt = prompts.for_run(i)
                 try:
                     run = client.measure(
-                        session, endpoint, prompt, plan.sampling, index=i + 1, read_timeout_s=plan.read_timeout_s
+                        session,
+                        endpoint,
+                        prompt,
+                        plan.sampling,
+                        index=i + 1,
+                        read_timeout_s=plan.read_timeout_s,
+                        deadline_s=plan.deadline_s,
                     )
                 except client.RunFailed as exc:
                     raise _failed(label, results, out_dir, f"run {i + 1}/{plan.runs}", exc) from None

@@ -111,7 +111,9 @@ class Summary:
         return None if self.stdev is None else self.stdev / math.sqrt(self.n)
 
 
-def summarize(values: Sequence[float]) -> Summary:
+def summarize(values: Sequence[float], floor: float | None = None) -> Summary:
+    """Mean, median, range, standard deviation and the Student-t 95 % interval of the mean; `floor` cuts the
+    interval at the lowest value the quantity can take (a speed or a time is never negative)."""
     vals = [float(v) for v in values]
     if not vals:
         raise ValueError("no values to summarize")
@@ -120,7 +122,8 @@ def summarize(values: Sequence[float]) -> Summary:
         return Summary(1, mean, mean, mean, mean, None, None, None)
     sd = statistics.stdev(vals)
     half = t_critical(len(vals) - 1) * sd / math.sqrt(len(vals))
-    return Summary(len(vals), mean, statistics.median(vals), min(vals), max(vals), sd, mean - half, mean + half)
+    low = mean - half if floor is None else max(mean - half, floor)
+    return Summary(len(vals), mean, statistics.median(vals), min(vals), max(vals), sd, low, mean + half)
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..bench import client, grid, report, runner
 from ..bench import prompts as prompts_mod
 from ..bench.results import BASELINE, Label, Results, open_results
-from ..cli import add_config_args, non_negative_int, positive_float, positive_int
+from ..cli import add_config_args, integer, non_negative_int, positive_float, positive_int
+from ..config import suggest
 from ..errors import CheckFailed, UsageError
 from ..plan_types import Plan
 from .plan import load_plan
@@ -52,14 +56,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-tokens", type=positive_int, default=256, metavar="N", help="max_new_tokens (default: %(default)s)"
     )
     m.add_argument("--prompts", metavar="FILE", help="JSONL prompts (default: the shipped code/chat/reasoning set)")
-    m.add_argument("--seed", type=int, default=0, help="sampling_seed sent with every request (default: %(default)s)")
+    m.add_argument(
+        "--seed", type=integer, default=0, help="sampling_seed sent with every request (default: %(default)s)"
+    )
     m.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
     m.add_argument(
         "--timeout",
         type=positive_float,
         default=300.0,
         metavar="S",
-        help="longest wait for data (default: %(default)s)",
+        help="longest wait for a new token, keep-alive lines or not (default: %(default)s)",
+    )
+    m.add_argument(
+        "--request-timeout",
+        type=positive_float,
+        default=client.DEFAULT_DEADLINE_S,
+        metavar="S",
+        help="longest one request may take in all (default: %(default)s)",
     )
     m.add_argument("--out", metavar="DIR", default="bench-results", help="results directory (default: %(default)s)")
     m.add_argument("--fresh", action="store_true", help="drop the labels already in DIR/bench.json")
@@ -104,6 +117,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """--out must be a directory this user can write bench.json into: found before the first request."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"--out {out_dir}: not a directory") from None
+    except OSError as exc:
+        raise UsageError(f"--out {out_dir}: cannot be created ({exc.strerror or exc})") from None
+    if not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: not a directory")
+    try:
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".bench-probe-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--out {out_dir}: cannot write into it ({exc.strerror or exc})") from None
+    for name in ("bench.json", "bench.md", "bench.png"):
+        existing = out_dir / name
+        if existing.exists() and not existing.is_file():
+            raise UsageError(f"--out {out_dir}: {existing} is not a file")
+
+
 def _parse_env(items: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for item in items:
@@ -130,6 +164,7 @@ def _settings(args: argparse.Namespace, prompt_set: prompts_mod.PromptSet) -> di
         "runs": args.runs,
         "warmup": args.warmup,
         "read_timeout_s": args.timeout,
+        "request_timeout_s": args.request_timeout,
     }
 
 
@@ -152,27 +187,41 @@ def run(args: argparse.Namespace) -> int:
     _check_label(args.baseline, "--baseline")
 
     prompt_set = prompts_mod.load(args.prompts)
+    if not args.out.strip():
+        raise UsageError("--out is empty: give a directory, e.g. --out bench-results")
     out_dir = Path(args.out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--out {out_dir}: not a directory")
     if args.max_tokens < 2:
         raise UsageError("--max-tokens must be at least 2: decode speed needs tokens after the first")
     sampling = client.SamplingSettings(max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
-    run_plan = runner.RunPlan(runs=args.runs, warmup=args.warmup, sampling=sampling, read_timeout_s=args.timeout)
+    run_plan = runner.RunPlan(
+        runs=args.runs,
+        warmup=args.warmup,
+        sampling=sampling,
+        read_timeout_s=args.timeout,
+        deadline_s=args.request_timeout,
+    )
 
     image_job = None
     if args.image:
         image_job = _ImageJob(args, plan)
         labels = image_job.labels
 
-    results, kept = open_results(out_dir, _settings(args, prompt_set), baseline=args.baseline, fresh=args.fresh)
-    if args.min_speedup is not None:
-        present = set(results.labels) | set(labels)
-        if args.baseline not in present or len(present - {args.baseline}) == 0:
-            raise UsageError(
-                f"--min-speedup needs results for label {args.baseline!r} and another label in {out_dir}; "
-                f"measure {args.baseline!r} first (--label {args.baseline}) or use --image --modes baseline,..."
-            )
+    created = not out_dir.exists()
+    check_out_dir(out_dir)  # before the first request (and before an image is started)
+    try:
+        results, kept = open_results(out_dir, _settings(args, prompt_set), baseline=args.baseline, fresh=args.fresh)
+        if args.min_speedup is not None:
+            present = set(results.labels) | set(labels)
+            if args.baseline not in present or len(present - {args.baseline}) == 0:
+                raise UsageError(
+                    f"--min-speedup needs results for label {args.baseline!r} and another label in {out_dir}; "
+                    f"measure {args.baseline!r} first (--label {args.baseline}) or use --image --modes baseline,..."
+                )
+    except UsageError:
+        if created:  # a mistake leaves no empty results directory behind
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
     if kept:
         kept_now = [k for k in kept if k not in labels]
         if kept_now:
@@ -269,13 +318,18 @@ class _ImageJob:
             if mode not in modes_known:
                 raise UsageError(
                     f"--modes {mode!r}: the image knows {', '.join(sorted(modes_known))} (build.toml [modes])"
+                    + suggest(mode, modes_known)
                 )
         if len(set(self.modes)) != len(self.modes):
             raise UsageError(f"--modes {args.modes!r}: a mode is listed twice")
-        if args.gpus not in ("all", "none") and not all(g.strip().isdigit() for g in args.gpus.split(",")):
+        devices = args.gpus.split(",")
+        if args.gpus not in ("all", "none") and not all(re.fullmatch(r"[0-9]+", g.strip()) for g in devices):
             raise UsageError(f"--gpus {args.gpus!r}: give all, none, or device numbers such as 0,1")
         self.env = _parse_env(args.env)
-        self.port = int(self.env.get("PORT", plan.image.port))
+        port = self.env.get("PORT", str(plan.image.port))
+        if not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
+            raise UsageError(f"--env PORT={port!r}: a port is 1 to 65535 in ASCII digits")
+        self.port = int(port)
         self.env.setdefault("HOST", "0.0.0.0")
         self.env.setdefault("PORT", str(self.port))
         if "MODEL_PATH" not in self.env:
@@ -283,8 +337,13 @@ class _ImageJob:
                 "--image needs --env MODEL_PATH=PATH (the model's path inside the container, e.g. /models/NAME)"
             )
         self.models = Path(args.models) if args.models else None
-        if self.models is not None and not self.models.is_dir():
-            raise UsageError(f"--models {args.models}: no such directory")
+        if self.models is not None:
+            try:
+                found = self.models.is_dir() and os.access(self.models, os.R_OK | os.X_OK)
+            except OSError:
+                found = False
+            if not found:
+                raise UsageError(f"--models {args.models}: no such directory, or not readable by this user")
         for key in ("MODEL_PATH", "DRAFT_MODEL_PATH"):
             self._check_model_path(key)
         for mode in self.modes:
@@ -321,7 +380,11 @@ class _ImageJob:
                 "give --models DIR (the host directory)"
             )
         host = self.models / value[len(self.docker_runner.MODELS_MOUNT) + 1 :]
-        if not host.exists():
+        try:
+            found = host.exists()
+        except OSError:
+            found = False
+        if not found:
             raise UsageError(f"--env {key}={value}: {host} does not exist on this host")
 
     def _spec(self, mode: str, label: str, extra_env: dict[str, str]) -> Any:

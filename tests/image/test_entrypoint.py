@@ -97,3 +97,42 @@ def test_bad_input_exits_2_with_one_message(args, env, says, box, image, models)
     assert rc == 2, f"{args} exited {rc}: {stderr.strip()[-300:]}"
     assert says in stderr, f"{args}: the message does not mention {says!r}: {stderr.strip()[-300:]}"
     assert "Traceback" not in stderr
+
+
+PRIVATE = "/tmp/sm120-verify/private"  # root-owned, mode 700: a host model folder as it often is
+
+
+@pytest.fixture(scope="module")
+def odd_models(box, models, root_host) -> dict[str, str]:
+    """Model paths the image's user cannot use: a root-owned mode-700 folder, a config.json that is a folder."""
+    root_host.check_output(
+        f"mkdir -p {PRIVATE}/model /tmp/sm120-verify/dir-config/config.json && cp {TARGET}/config.json "
+        f"{PRIVATE}/model/ && chown -R root:root {PRIVATE} && chmod 700 {PRIVATE}"
+    )
+    return {"private": f"{PRIVATE}/model", "dir-config": "/tmp/sm120-verify/dir-config"}
+
+
+# Issue 15's classes in the image: run as its non-root user, checked by its own SGLang's parser.
+ODD_INPUT = [
+    ("root-owned-700", ["baseline", "--dry-run"], {"MODEL_PATH": "private"}, ["cannot read", "chmod", "--user"]),
+    ("config-is-a-dir", ["baseline", "--dry-run"], {"MODEL_PATH": "dir-config"}, ["config.json is a directory"]),
+    ("abbreviation", ["baseline", "--dry-run"], {"EXTRA_ARGS": "--tp 4"}, ["abbreviation of --tp-size"]),
+    ("abbreviation-after", ["baseline", "--dry-run", "--", "--node-r", "1"], {}, ["--node-rank"]),
+    ("port-plus", ["baseline", "--dry-run"], {"PORT": "+30000"}, ["PORT='+30000' is not an integer"]),
+    ("port-other-digits", ["baseline", "--dry-run"], {"PORT": "٣٠٠٠٠"}, ["is not an integer"]),
+    ("float-nan", ["baseline", "--dry-run", "--", "--mem-fraction-static", "nan"], {}, ["invalid float"]),
+]
+
+
+@pytest.mark.parametrize("args, env, says", [c[1:] for c in ODD_INPUT], ids=[c[0] for c in ODD_INPUT])
+def test_issue15_bad_input_in_the_image(args, env, says, box, image, models, odd_models, image_uid):
+    env = {**models, **{k: odd_models.get(v, v) for k, v in env.items()}}
+    rc, _stdout, stderr = entrypoint(box, image, args, env)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert rc == 2, f"{args} {env} exited {rc}: {stderr.strip()[-300:]}"
+    assert 1 <= len(lines) <= 3 and lines[0].startswith("entrypoint: error: "), stderr
+    assert "Traceback" not in stderr
+    for text in says:
+        assert text in stderr, f"{args}: the message does not mention {text!r}: {stderr.strip()[-300:]}"
+    if "chmod" in says:
+        assert f"uid {image_uid} cannot read {PRIVATE}" in stderr

@@ -48,6 +48,15 @@ class Behaviour:
     seed: int = 0
     health_status: int = 200
     chunked: bool = True  # False: no Transfer-Encoding, the body ends when the connection closes
+    # Servers that never finish a request (for at most `stall_for` s): after `stall_after_tokens` tokens the
+    # Nth /generate request gets keep-alive comment lines (": ping"), or the same chunk again, every `stall_every`.
+    keepalive_on_request: int | None = None
+    repeat_on_request: int | None = None
+    stall_after_tokens: int = 2
+    stall_every: float = 0.05
+    stall_for: float = 30.0
+    # The last chunk's figures as JSON's NaN / Infinity (Python's json writes them).
+    nonfinite: bool = False
 
 
 class _Server(ThreadingHTTPServer):
@@ -153,6 +162,20 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
         def _event(self, obj: Any) -> None:
             self._chunk(b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n")
 
+        def _stall(self, number: int, sent: int) -> None:
+            b = standin.behaviour
+            chunk = {"text": " tok" * sent, "output_ids": list(range(sent)), "meta_info": {"completion_tokens": sent}}
+            end = time.monotonic() + b.stall_for
+            try:
+                while time.monotonic() < end:
+                    time.sleep(b.stall_every)
+                    if number == b.keepalive_on_request:
+                        self._chunk(b": ping\n\n")
+                    else:
+                        self._event(chunk)
+            except OSError:  # the client gave up
+                self.close_connection = True
+
         def do_POST(self) -> None:
             t_created = time.time()
             t0 = time.perf_counter()
@@ -195,6 +218,10 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
                 sent += new
                 if sent > 1:
                     steps += 1  # a verify step (the first token comes from prefill)
+                stalling = number in (b.keepalive_on_request, b.repeat_on_request)
+                if stalling and sent >= b.stall_after_tokens:
+                    self._stall(number, sent)
+                    return
                 if number == b.die_on_request and sent >= b.die_after_tokens:
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
@@ -222,6 +249,9 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
                             spec_draft_token_num=steps * 15,
                         )
                         standin.accept_lengths.append(accept)
+                    if b.nonfinite:
+                        meta.update(e2e_latency=float("nan"), spec_accept_length=float("inf"))
+                        meta["spec_accept_rate"] = float("-inf")
                 self._event({"text": " tok" * sent, "output_ids": list(range(sent)), "meta_info": meta})
                 if sent == 1:
                     # Decode steps start once the first token is out (a late first chunk is not caught up).

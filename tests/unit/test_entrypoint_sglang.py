@@ -92,11 +92,11 @@ def test_what_sglang_rejects_exits_2_naming_the_source(setup, args, env, expecte
         assert text in proc.stderr, (text, proc.stderr)
 
 
-def test_an_abbreviation_that_slips_past_the_checks(setup):
+def test_an_abbreviation_is_refused_before_the_checks(setup):
     proc = run_entrypoint(["baseline", "--dry-run", "--", "--tp", "4"], {**setup["env"], "TP_SIZE": "8"})
     assert proc.returncode == 2
-    assert "SGLang 9.9.9 reads --tp-size as 4, the entrypoint checked TP_SIZE='8'" in proc.stderr
-    assert "write SGLang's options in full" in proc.stderr
+    assert "--tp '4' (after --): --tp is an abbreviation of --tp-size" in proc.stderr
+    assert "spell SGLang 9.9.9's options in full, e.g. --tp-size 4" in proc.stderr
 
 
 def test_version_mismatch_is_a_warning(setup, tmp_path):

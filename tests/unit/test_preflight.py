@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,7 @@ def test_a_profile_without_builder_needs_is_a_usage_error(tmp_path, capsys):
     start = text.index("[builder.offline]")
     end = text.index("\n[", start + 1)
     (tmp_path / "build.toml").write_text(text[:start] + text[end + 1 :])
-    (tmp_path / "patches").symlink_to(ROOT / "patches")
+    shutil.copytree(ROOT / "patches", tmp_path / "patches")
     assert cli.main(["preflight", "--config", str(tmp_path / "build.toml"), "--profile", "offline"]) == 2
     err = capsys.readouterr().err
     assert "has no [builder.offline]" in err and len(err.strip().splitlines()) == 1
@@ -119,6 +120,6 @@ def test_a_profile_without_builder_needs_is_a_usage_error(tmp_path, capsys):
 def test_builder_needs_must_be_positive(tmp_path):
     text = (ROOT / "build.toml").read_text().replace("min_memory_gib = 16", "min_memory_gib = 0", 1)
     (tmp_path / "build.toml").write_text(text)
-    (tmp_path / "patches").symlink_to(ROOT / "patches")
+    shutil.copytree(ROOT / "patches", tmp_path / "patches")
     with pytest.raises(UsageError, match="min_memory_gib"):
         cfg.load(tmp_path / "build.toml")

@@ -180,3 +180,57 @@ def test_left_out_flags_are_real_options(sglang_python, env, request):
     ok(proc, version)
     assert all(f in sglang_args(proc.stdout) for f in flags)
     assert "is passed as you asked, but:" in proc.stderr
+
+
+# Issue 15: what the real parsers would take but the checks would not see, or values that parse but cannot work.
+# Only the cases that need a real release (each one that reaches the parser imports SGLang: seconds); the rest
+# are T0 (tests/unit/test_entrypoint_bad_input.py) and T2 (tests/image/test_entrypoint.py).
+# id, tracks, entrypoint arguments, environment changes (CONFIG_FILE: a --config YAML written first), expected
+NEWEST = TRACKS[-1]
+BAD_INPUT: list[tuple[str, list[str], list[str], dict[str, str], list[str]]] = [
+    # caught before the parser, from the installed server_args.py (0.5.9) or the options relied on (0.5.23)
+    ("abbreviation", TRACKS, [], {"EXTRA_ARGS": "--tp 4"}, ["--tp '4' (in EXTRA_ARGS): --tp is an abbreviation of"]),
+    # 0.5.23 builds its options from dataclass fields: the real parser refuses the abbreviation
+    ("abbreviation-by-the-parser", [NEWEST], ["--", "--mem-fraction=0.8"], {}, ["--mem-fraction-static"]),
+    # (numbers SGLang's own parser reads, e.g. --mem-fraction-static nan: T2, the image's 0.5.9)
+    # a --config YAML is merged into the command: what it sets is compared, and its keys are not abbreviations
+    (
+        "config-sets-tp",
+        TRACKS,
+        ["--", "--config", "CONFIG_FILE"],
+        {"CONFIG_FILE": "tp-size: 4\n", "TP_SIZE": ""},
+        ["reads --tp-size as 4, the entrypoint checked no --tp-size"],
+    ),
+    ("config-abbreviates", [NEWEST], ["--", "--config", "CONFIG_FILE"], {"CONFIG_FILE": "tp: 4\n"}, ["--tp"]),
+]
+BAD_INPUT_RUNS = [pytest.param(track, *case[2:], id=f"{case[0]}-{track}") for case in BAD_INPUT for track in case[1]]
+
+
+@pytest.mark.parametrize(("sglang_python", "args", "changes", "expected"), BAD_INPUT_RUNS, indirect=["sglang_python"])
+def test_bad_input_against_the_real_parser(sglang_python, env, tmp_path, args, changes, expected):
+    changes = dict(changes)
+    config_text = changes.pop("CONFIG_FILE", None)
+    if config_text is not None:
+        config = tmp_path / "server.yaml"
+        config.write_text(config_text)
+        args = [str(config) if a == "CONFIG_FILE" else a for a in args]
+    proc = run_entrypoint(["baseline", "--dry-run", *args], {**env, **changes}, python=sglang_python, timeout=TIMEOUT_S)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert 1 <= len(stderr_lines(proc)) <= 3 and "Traceback" not in proc.stderr
+    for text in expected:
+        assert text in proc.stderr, (text, proc.stderr)
+
+
+@pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+def test_the_installed_option_list_is_read_from_server_args(sglang_python):
+    """The list abbreviations are refused against, read from the installed files without importing SGLang."""
+    site = next(p for p in sglang_python.parent.parent.glob("lib/python*/site-packages") if (p / "sglang").is_dir())
+    from tests.entrypoint_helpers import entrypoint_module
+
+    options = entrypoint_module("sglang_source").InstalledSGLang(site / "sglang").options()
+    if Version(str(sglang_python.parent.parent.parent.name)) < Version("0.5.10"):
+        assert {"--model-path", "--tp-size", "--node-rank", "--speculative-algorithm", "--config"} <= options
+        assert len(options) > 250
+    else:  # options made from ServerArgs' dataclass fields: the entrypoint falls back to the ones it relies on
+        text = (site / "sglang/srt/server_args.py").read_text()
+        assert options == frozenset() and "add_cli_args_from_dataclass" in text

@@ -1,0 +1,214 @@
+"""T0: build.toml says what cannot work (issue 15, class 5): `plan` refuses, naming the key, EAGLE-3 presets
+outside the draft tree's bound, a missing mode the image's CMD runs, a patch listed twice or outside the
+repository, strings or booleans where numbers go (strict types), non-finite numbers; an unknown key or value
+names the allowed ones and the closest. One line, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from sm120 import config as cfg
+from sm120.errors import UsageError
+from tests.helpers import run_build_py, run_cli
+from tests.unit.test_config import ROOT, write_config
+
+PATCHES_059 = (
+    'patches = ["kimi-k25-eagle3-delegation", "torch-symm-mem-sm120", "flash-attn-kernel-subset"]\n\n'
+    '[tracks."0.5.9".torch]'
+)
+FA_FILE = 'file = "patches/flash-attn/2.8.3/kernel-subset.patch"'
+
+# id, text in build.toml, its replacement, what the one line must say
+CASES: list[tuple[str, str, str, list[str]]] = [
+    # EAGLE-3 presets: draft tokens from 2 to 1 + top-k + (steps - 1) * top-k^2
+    (
+        "draft-above-bound",
+        "spec_num_draft_tokens = 16",
+        "spec_num_draft_tokens = 22",
+        ["modes.eagle3.spec_num_draft_tokens = 22", "allowed 2 to 21"],
+    ),
+    (
+        "draft-below-2",
+        "spec_num_draft_tokens = 16",
+        "spec_num_draft_tokens = 1",
+        ["modes.eagle3.spec_num_draft_tokens = 1", "from 2"],
+    ),
+    (
+        "steps-1-bound",
+        "spec_num_steps = 2",
+        "spec_num_steps = 1",
+        ["modes.eagle3.spec_num_draft_tokens = 16", "allowed 2 to 5"],
+    ),
+    ("topk-1-bound", "spec_eagle_topk = 4", "spec_eagle_topk = 1", ["allowed 2 to 3"]),
+    (
+        "spec-without-draft",
+        "[modes.baseline]\n",
+        "[modes.baseline]\nspec_num_steps = 2\n",
+        ["modes.baseline.spec_num_steps is set but draft = false"],
+    ),
+    ("mode-name", "[modes.eagle3]", '[modes."-x"]', ["[modes.-x]: a mode name is"]),
+    # the image's CMD
+    ("cmd-mode-missing", "[modes.baseline]", "[modes.plain]", ["[modes] has no 'baseline'", "CMD"]),
+    # patches
+    (
+        "patch-twice",
+        PATCHES_059,
+        PATCHES_059.replace('"flash-attn-kernel-subset"', '"torch-symm-mem-sm120"'),
+        ["tracks.\"0.5.9\".patches lists 'torch-symm-mem-sm120' twice"],
+    ),
+    (
+        "patch-outside-dotdot",
+        FA_FILE,
+        'file = "../outside.patch"',
+        ["variants.0.file = '../outside.patch'", "outside the repository"],
+    ),
+    (
+        "patch-outside-absolute",
+        FA_FILE,
+        'file = "/etc/hostname"',
+        ["variants.0.file = '/etc/hostname'", "outside the repository"],
+    ),
+    (
+        "patch-name-typo",
+        PATCHES_059,
+        PATCHES_059.replace('"flash-attn-kernel-subset"', '"flash-attn-kernel-subst"'),
+        ["perhaps you meant 'flash-attn-kernel-subset'"],
+    ),
+    (
+        "requires-patch-typo",
+        'requires_patch = "torch-symm-mem-sm120"',
+        'requires_patch = "torch-symm-mem-sm12"',
+        ["requires_patch: unknown patch 'torch-symm-mem-sm12'", "perhaps you meant 'torch-symm-mem-sm120'"],
+    ),
+    # strict types: no silent coercion
+    ("port-string", "port = 30000", 'port = "30000"', ["image.port = '30000'", "strict"]),
+    ("port-bool", "port = 30000", "port = true", ["image.port = True", "strict"]),
+    ("port-float", "port = 30000", "port = 30000.0", ["image.port = 30000.0"]),
+    ("uid-exponent", "uid = 1000", "uid = 1e3", ["image.uid = 1000.0"]),
+    ("steps-string", "spec_num_steps = 2", 'spec_num_steps = "2"', ["modes.eagle3.spec_num_steps = '2'", "strict"]),
+    ("steps-bool", "spec_num_steps = 2", "spec_num_steps = true", ["modes.eagle3.spec_num_steps = True"]),
+    ("cxx-string", "cxx_std = 17", 'cxx_std = "17"', ["cxx_std = '17'", "without quotes"]),
+    (
+        "fraction-string",
+        "memory_fraction = 0.8",
+        'memory_fraction = "0.8"',
+        ["parallelism.memory_fraction = '0.8'", "strict"],
+    ),
+    ("fraction-bool", "memory_fraction = 0.8", "memory_fraction = true", ["parallelism.memory_fraction = True"]),
+    ("threads-float", "nvcc_threads_max = 4", "nvcc_threads_max = 4.5", ["parallelism.nvcc_threads_max = 4.5"]),
+    ("backward-string", "backward = false", 'backward = "false"', ["flash_attn.backward = 'false'", "true or false"]),
+    ("draft-flag-int", "draft = true", "draft = 1", ["modes.eagle3.draft = 1"]),
+    ("version-number", 'flashinfer = "0.6.3"', "flashinfer = 0.63", ["flashinfer = 0.63", "quoted string"]),
+    # non-finite numbers
+    ("fraction-nan", "memory_fraction = 0.8", "memory_fraction = nan", ["parallelism.memory_fraction = nan", "finite"]),
+    (
+        "memory-inf",
+        "compile_job_memory_gib = 4.8",
+        "compile_job_memory_gib = inf",
+        ["compile_job_memory_gib = inf", "finite"],
+    ),
+    ("memory-minus-inf", "compile_job_memory_gib_backward = 6.2", "compile_job_memory_gib_backward = -inf", ["= -inf"]),
+    # unknown keys and values: the allowed ones and the closest
+    (
+        "key-typo",
+        'flashinfer = "0.6.3"',
+        'flashinfr = "0.6.3"',
+        ['unknown key tracks."0.5.9".flashinfr', "allowed: flashinfer", "perhaps you meant 'flashinfer'"],
+    ),
+    ("section-typo", "[parallelism]", "[paralelism]", ["unknown key paralelism", "perhaps you meant 'parallelism'"]),
+    (
+        "value-typo",
+        'bases = "registry"',
+        'bases = "registy"',
+        ["profiles.release.bases = 'registy'", "perhaps you meant 'registry'"],
+    ),
+    (
+        "kernel-install-typo",
+        'install = { release = "pypi", offline = "pypi" }',
+        'install = { release = "pypy", offline = "pypi" }',
+        ["perhaps you meant 'pypi'"],
+    ),
+    (
+        "default-profile-typo",
+        'profile = "release"',
+        'profile = "relase"',
+        ["defaults.profile = 'relase'", "perhaps you meant 'release'"],
+    ),
+    (
+        "default-track-typo",
+        'sglang = "0.5.9" ',
+        'sglang = "0.5.99" ',
+        ["defaults.sglang = '0.5.99'", "perhaps you meant"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_build_toml_mistakes_are_one_line_naming_the_key(tmp_path, old, new, expected):
+    assert old in (ROOT / "build.toml").read_text(), old
+    path = write_config(tmp_path, edit=lambda text: text.replace(old, new, 1))
+    with pytest.raises(UsageError) as info:
+        cfg.load(path)
+    message = str(info.value)
+    assert "\n" not in message
+    for text in expected:
+        assert text in message, (text, message)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--profile", "ofline"], "perhaps you meant 'offline'"),
+        (["--sglang", "0.5.22"], "perhaps you meant '0.5.23'"),
+    ],
+    ids=["profile", "track"],
+)
+def test_plan_suggests_the_closest_profile_and_track(capsys, args, expected):
+    rc, _, err = run_cli(capsys, "plan", *args)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert expected in err
+
+
+def test_plan_refuses_a_bad_build_toml_with_exit_2(tmp_path):
+    path = write_config(
+        tmp_path, edit=lambda text: text.replace("spec_num_draft_tokens = 16", "spec_num_draft_tokens = 99")
+    )
+    proc = run_build_py("plan", "--config", str(path))
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "modes.eagle3.spec_num_draft_tokens = 99" in proc.stderr
+
+
+def test_the_image_cmd_mode_is_read_from_the_dockerfile():
+    assert cfg.image_cmd_mode(ROOT) == "baseline"
+
+
+CLI_CASES = [
+    ("command", ["plna"], "perhaps you meant 'plan'"),
+    ("patches-action", ["patches", "chek"], "perhaps you meant 'check'"),
+    ("bench-metric", ["bench", "--endpoint", "x", "--label", "a", "--speedup-metric", "decod"], "'decode'"),
+    ("bench-mode", ["bench", "--image", "x", "--modes", "eagle33", "--env", "MODEL_PATH=/m"], "'eagle3'"),
+    ("max-jobs-digits", ["plan", "--max-jobs", "٣"], "--max-jobs: must be a positive integer"),
+    ("memory-inf", ["plan", "--memory-gib", "inf"], "--memory-gib: must be a positive finite number"),
+    ("memory-nan", ["plan", "--memory-gib", "nan"], "--memory-gib"),
+    ("cpus-float", ["plan", "--cpus", "2.5"], "--cpus"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
+def test_cli_mistakes_name_the_closest_choice(capsys, args, expected):
+    rc, _, err = run_cli(capsys, *args)
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1 and expected in err
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a = " + "[" * 100_000 + "]" * 100_000, "a = " + "{b=" * 3000 + "1" + "}" * 3000, "\xff\xfe"],
+    ids=["arrays", "inline-tables", "not-utf8"],
+)
+def test_a_build_toml_no_one_could_mean_is_one_line(capsys, tmp_path, text):
+    path = tmp_path / "build.toml"
+    path.write_bytes(text.encode("latin-1") if text.startswith("\xff") else text.encode())
+    rc, _, err = run_cli(capsys, "plan", "--config", str(path))
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err[-500:]
+    assert str(path) in err
