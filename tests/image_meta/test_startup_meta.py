@@ -1,0 +1,137 @@
+"""T2.5 meta-tests: the start-up check (tests/image/test_startup.py) fails `build.py verify`, naming the cause, on
+images derived from SM120_IMAGE that carry one known defect each:
+
+- cuDNN 9.10 with torch 2.9.1: SGLang 0.5.9's cuDNN gate refuses every multimodal model (Kimi-K2.5). The derived
+  image gets cuDNN 9.10.2.21's `libcudnn.so.9` (the library whose cudnnGetVersion() torch.backends.cudnn.version()
+  reads) in place of the image's own, one 125 KB COPY layer. That one file is fetched from PyPI's
+  nvidia-cudnn-cu12 9.10.2.21 wheel with HTTP range requests (remotezip: the wheel's index and that member, not
+  its 700 MB), checked against the sha256 in the wheel's own RECORD, and cached under ~/.cache/sglang-sm120.
+- no `sgl_kernel/flash_ops`: SGLang's vision attention imports sgl_kernel.flash_attn at module level on CUDA, so
+  Kimi-K2.5 drops out of the model registry. The derived image removes the file (one RUN layer).
+
+    SM120_IMAGE=sglang-sm120:0.5.9-cu13.0.1-offline pytest -m image tests/image_meta/test_startup_meta.py
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from packaging.version import Version
+
+from sm120.verify import docker_env, labels
+from tests.helpers import run_build_py
+from tests.image_meta.test_verify_command import build_image, leftover
+
+IMAGE = os.environ.get("SM120_IMAGE", "").strip()
+pytestmark = [pytest.mark.image, pytest.mark.docker]
+needs_image = pytest.mark.skipif(not IMAGE, reason="set SM120_IMAGE=TAG (an image made by build.py build)")
+
+CUDNN_OLD = "9.10.2.21"  # what PyPI's torch 2.9.1 brings; SGLang 0.5.9 wants >= 9.15
+CUDNN_WHEEL = f"nvidia_cudnn_cu12-{CUDNN_OLD}-py3-none-manylinux_2_27_x86_64.whl"
+CUDNN_MEMBER = "nvidia/cudnn/lib/libcudnn.so.9"
+SIMPLE = "https://pypi.org/simple/nvidia-cudnn-cu12/"
+
+
+@pytest.fixture(scope="module")
+def dc():
+    try:
+        return docker_env.client()
+    except docker_env.DockerUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def derived(dc) -> Iterator:
+    made: list[str] = []
+
+    def make(dockerfile: str, files=None) -> str:
+        tag = f"sm120-verify-test:startup-{uuid.uuid4().hex[:8]}"
+        build_image(dc, dockerfile, tag, files)
+        made.append(tag)
+        return tag
+
+    yield make
+    for tag in made:
+        dc.images.remove(tag, force=True)
+
+
+def in_image(dc, command: str) -> str:
+    """stdout of `sh -c command` in a throw-away container of the image (no network, removed)."""
+    out = dc.containers.run(IMAGE, entrypoint=["sh", "-c", command], network_mode="none", remove=True, user="root")
+    return out.decode().strip()
+
+
+def old_cudnn_library() -> bytes:
+    """cuDNN 9.10.2.21's libcudnn.so.9, from PyPI's wheel by range requests, verified by the wheel's RECORD."""
+    from remotezip import RemoteZip
+
+    cache = Path(os.environ.get("SGLANG_SM120_CACHE", "~/.cache/sglang-sm120")).expanduser() / "cudnn" / CUDNN_OLD
+    cached = cache / "libcudnn.so.9"
+    if cached.is_file():
+        return cached.read_bytes()
+    try:
+        index = requests.get(SIMPLE, headers={"Accept": "application/vnd.pypi.simple.v1+json"}, timeout=(10, 60))
+        url = next(f["url"] for f in index.json()["files"] if f["filename"] == CUDNN_WHEEL)
+        with RemoteZip(url) as wheel:
+            record = wheel.read(f"nvidia_cudnn_cu12-{CUDNN_OLD}.dist-info/RECORD").decode()
+            data = wheel.read(CUDNN_MEMBER)
+    except (requests.RequestException, StopIteration, KeyError, ValueError) as exc:
+        pytest.skip(f"cannot fetch {CUDNN_MEMBER} of {CUDNN_WHEEL} from PyPI: {type(exc).__name__}: {exc}")
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    assert f"{CUDNN_MEMBER},sha256={digest},{len(data)}" in record.splitlines(), "libcudnn.so.9 differs from RECORD"
+    cache.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(data)
+    return data
+
+
+def _verify(tag: str, select: str) -> tuple[int, str, str, float]:
+    started = time.monotonic()
+    proc = run_build_py("verify", "--image", tag, "-k", select)
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started
+
+
+@needs_image
+def test_cudnn_older_than_9_15_with_torch_2_9_1_fails_verify_naming_the_gate(dc, derived):
+    expect = labels.parse(dc.images.get(IMAGE).labels)
+    if Version(expect.torch).release[:3] != (2, 9, 1):
+        pytest.skip(f"SGLang's cuDNN gate is for torch 2.9.1 only; {IMAGE} has torch {expect.torch}")
+    found = in_image(dc, "find /opt/venv -name libcudnn.so.9 -path '*nvidia*' | head -1")
+    assert found, f"{IMAGE} has no libcudnn.so.9 under /opt/venv (torch {expect.torch} loads cuDNN from a wheel)"
+    tag = derived(f"FROM {IMAGE}\nCOPY libcudnn.so.9 {found}\n", {"libcudnn.so.9": (old_cudnn_library(), 0o755)})
+    rc, stdout, stderr, took = _verify(tag, "test_sglang_accepts_the_entrypoints_command and kimi")
+    assert rc == 1, (stdout + stderr)[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert "test_startup::test_sglang_accepts_the_entrypoints_command[kimi-k25-nvfp4/" in last, last
+    assert "CuDNN 9.10" in stdout and "nvidia-cudnn-cu12==9.16.0.29" in stdout, stdout[-2000:]
+    assert "Traceback" not in stderr
+    assert not leftover(dc)
+    print(f"verify on the cuDNN {CUDNN_OLD} image: {took:.0f} s")
+
+
+@needs_image
+def test_an_image_without_flash_ops_fails_verify_naming_the_importing_module(dc, derived, image_user):
+    found = in_image(dc, "find /opt/venv -path '*/sgl_kernel/flash_ops*.so' | head -1")
+    # Without it already (a source build of sgl-kernel without FA3), the image itself is the case.
+    tag = derived(f"FROM {IMAGE}\nUSER root\nRUN rm -f {found}\nUSER {image_user}\n") if found else IMAGE
+    rc, stdout, stderr, took = _verify(tag, "test_the_registry_registers or test_kernel_libraries_imported")
+    assert rc == 1, (stdout + stderr)[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert "test_startup::test_the_registry_registers_every_supported_architecture" in last, last
+    assert "test_startup::test_kernel_libraries_imported_at_module_level_load" in last, last
+    assert "KimiK25ForConditionalGeneration: sglang.srt.layers.attention.vision line" in stdout, stdout[-3000:]
+    assert "from sgl_kernel.flash_attn import" in stdout and "flash_ops" in stdout.replace("FA3", "flash_ops")
+    assert not leftover(dc)
+    print(f"verify on the image without flash_ops: {took:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def image_user(dc) -> str:
+    return dc.images.get(IMAGE).attrs["Config"].get("User") or "root"
