@@ -107,18 +107,21 @@ def decision_table(startup: dict[str, Any]) -> list[str]:
     def shown(value: Any) -> str:
         if value is None:
             return "-"
+        if isinstance(value, float):
+            return f"{value:.4g}"
         return str(value).lower() if isinstance(value, bool) else str(value)
 
     label_w = max(len(label) for label, _ in DECISION_ROWS) + 2
-    col_w = {c: max(len(c), 12) + 2 for c in cases}
+    heads = {c: c + (" (refused)" if c in refused else "") for c in cases}
+    col_w = {c: max(len(heads[c]), 12) + 2 for c in cases}
     for case in cases:
         for _, key in DECISION_ROWS:
             col_w[case] = max(col_w[case], len(shown(decided.get(case, {}).get(key))) + 2)
-    rows.append(f"{'decision':<{label_w}}" + "".join(f"{c:<{col_w[c]}}" for c in cases))
+    rows.append((f"{'decision':<{label_w}}" + "".join(f"{heads[c]:<{col_w[c]}}" for c in cases)).rstrip())
     for label, key in DECISION_ROWS:
         cells = []
         for case in cases:
-            cells.append("refused" if case in refused else shown(decided.get(case, {}).get(key)))
+            cells.append(shown(decided[case].get(key)) if case in decided else "refused")
         if any(cell not in ("-", "refused") for cell in cells):
             line = "".join(f"{cell:<{col_w[c]}}" for cell, c in zip(cells, cases, strict=True))
             rows.append(f"{label:<{label_w}}{line}".rstrip())

@@ -28,7 +28,8 @@ KERNEL_LIBRARIES = ("sgl_kernel", "flashinfer", "flash_attn", "deep_gemm", "flas
 START_UP_MODULES = (
     "sglang.srt.managers.scheduler",
     "sglang.srt.model_executor.model_runner",
-    "sglang.srt.speculative.eagle_worker",
+    "sglang.srt.speculative.eagle_worker",  # up to 0.5.1x
+    "sglang.srt.speculative.eagle_worker_v2",
     "sglang.srt.layers.attention.vision",
     "sglang.srt.layers.attention.triton_backend",
     "sglang.srt.layers.attention.flashinfer_mla_backend",
@@ -347,4 +348,4 @@ def kernel_library(failure: Mapping[str, Any]) -> str | None:
 def describe_failure(failure: Mapping[str, Any]) -> str:
     where = failure.get("module") or failure.get("sglang_frame") or "?"
     line = f" line {failure['line']}: {failure['statement']}" if failure.get("statement") else ""
-    return f"{where}{line} -> {failure.get('type')}: {failure.get('message', '')[:400]}"
+    return f"{where}{line} -> {failure.get('type')}: {failure.get('message', '')[:900]}"

@@ -6,7 +6,8 @@ This file is copied into a container and run by the image's Python as the image'
 
 It uses the standard library, the image's torch and the image's SGLang, nothing of this checkout. JOB.json:
     {"persona": {name, capability, multi_processor_count, total_memory, free_memory, devices},
-     "workdir": "/tmp/...", "task": "registry" | "server_args", "cases": [{"id", "env", "argv"}], ...}
+     "workdir": "/tmp/...", "env": {...}, "tasks": ["registry", "server_args"], "modules": [...],
+     "cases": [{"id", "env", "argv"}]}
 
 Before SGLang is imported:
 - the CUDA driver stub (`stubs/libcuda.so`, soname libcuda.so.1) is linked as libcuda.so.1 in WORKDIR/lib, on
@@ -161,6 +162,7 @@ def stage(job_file: Path, job: dict[str, Any]) -> None:
     env.pop("SGLANG_DISABLE_CUDNN_CHECK", None)  # the cuDNN gate runs for real
     env["PATH"] = f"{work / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
     env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(work / "lib"), env.get("LD_LIBRARY_PATH", "")) if p)
+    env.update(job.get("env", {}))  # the launch command's environment (the runtime rules), from the start
     env[READY] = "1"
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), str(job_file)], env)
@@ -433,13 +435,31 @@ def task_server_args(job: dict[str, Any]) -> dict[str, Any]:
 
                 view = resolving_view(server_args)
             rec["settings"] = settings(view, names)
-            rec["runners"] = runners(server_args)
         except BaseException as exc:  # SGLang's own refusal is the finding
             rec["error"] = failure(exc)
+        if "settings" in rec:
+            try:
+                launch_checks(server_args)
+            except BaseException as exc:  # refused after deciding: the decisions are still reported
+                rec["error"] = failure(exc)
+            rec["runners"] = runners(server_args)
         rec["boundaries"] = BOUNDARIES[before:]
         out["cases"][case["id"]] = rec
     out["deep_gemm"] = _deep_gemm()
     return out
+
+
+def launch_checks(server_args: Any) -> None:
+    """What the server does with the settings before it starts its scheduler processes, in its order
+    (entrypoints/engine.py _launch_subprocesses): the environment and version checks, then check_server_args()
+    (the cuDNN gate of 0.5.9 is there)."""
+    engine = importlib.import_module("sglang.srt.entrypoints.engine")
+    set_envs = getattr(engine, "_set_envs_and_config", None)
+    if set_envs is not None:
+        set_envs(server_args)
+    check = getattr(server_args, "check_server_args", None)
+    if check is not None:
+        check()
 
 
 def runners(server_args: Any) -> dict[str, Any]:
@@ -456,11 +476,12 @@ def runners(server_args: Any) -> dict[str, Any]:
             setter = setter or getattr(importlib.import_module("sglang.srt.server_args"), name, None)
         if setter is not None:
             setter(server_args)
-        holder = types.SimpleNamespace(server_args=server_args, model_config=ModelConfig.from_server_args(server_args))
+        model_config = ModelConfig.from_server_args(server_args)
+        holder = types.SimpleNamespace(server_args=server_args, model_config=model_config)
         Scheduler.init_moe_gemm_config(holder)
     except BaseException as exc:
         return {"error": failure(exc)}
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"quantization": getattr(model_config, "quantization", None)}
     for key, module, getter in (
         ("moe_runner", "sglang.srt.layers.moe.utils", "get_moe_runner_backend"),
         ("fp4_gemm_runner", "sglang.srt.layers.quantization.fp4_utils", "get_fp4_gemm_runner_backend"),
@@ -492,11 +513,13 @@ def main(argv: list[str]) -> int:
     job = json.loads(job_file.read_text())
     if os.environ.get(READY) != "1":
         stage(job_file, job)
+    result: dict[str, Any] = {}
     try:
         install(job["persona"])
-        result = {"registry": task_registry, "server_args": task_server_args}[job["task"]](job)
+        for task in job["tasks"]:
+            result[task] = {"registry": task_registry, "server_args": task_server_args}[task](job)
     except BaseException as exc:  # whatever stopped it is the finding
-        result = {"error": failure(exc)}
+        result["error"] = failure(exc)
     result["asked"] = dict(ASKED)
     result["boundaries_all"] = BOUNDARIES
     smi_log = Path(job["workdir"]) / "smi.log"

@@ -25,6 +25,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,10 @@ CASES = [f"{family.key}/{mode}" for family in startup.FAMILIES for mode in start
 
 @pytest.fixture(scope="module")
 def card() -> persona.Persona:
-    return persona.load().get(os.environ.get("SM120_PERSONA") or None)  # personas.toml: default rtx-pro-6000
+    chosen = persona.load().get(os.environ.get("SM120_PERSONA") or None)  # personas.toml: default rtx-pro-6000
+    major, minor = chosen.capability.value
+    REPORT.startup["persona"] = f"{chosen.name.value} x{DEVICES} (capability {major}.{minor})"
+    return chosen
 
 
 @pytest.fixture(scope="module")
@@ -57,37 +61,24 @@ def staged(box, image_uid) -> str:
 
 @pytest.fixture(scope="module")
 def probe(box, image, host, image_uid, staged, card) -> Callable[..., dict[str, Any]]:
-    """probe(name, task, **job): run the probe as the image's user with a job file; returns what it reported."""
+    """probe(name, **job): run the probe as the image's user with a job file; returns what it reported."""
 
-    def _probe(name: str, task: str, **job: Any) -> dict[str, Any]:
-        work = f"{WORK}/{name}"
-        body = {"persona": card.answers(DEVICES), "workdir": work, "task": task, **job}
+    def _probe(name: str, **job: Any) -> dict[str, Any]:
+        body = {"persona": card.answers(DEVICES), "workdir": f"{WORK}/{name}", **job}
         docker_env.copy_in(box, {f"sm120-startup/{name}.json": json.dumps(body)}, "/tmp", uid=image_uid)
         started = time.monotonic()
         result = host.run(f"{shlex.quote(image.python)} {WORK}/startup_probe.py {WORK}/{name}.json")
         found = last_json(result.stdout)
         if found is None:
             tail = " | ".join([ln for ln in result.stderr.strip().splitlines() if ln.strip()][-4:])
-            pytest.fail(f"the start-up probe ({task}) reported nothing, exit {result.rc}: {tail}", pytrace=False)
+            pytest.fail(f"the start-up probe reported nothing, exit {result.rc}: {tail}", pytrace=False)
         found["seconds"] = round(time.monotonic() - started, 1)
         return found
 
     return _probe
 
 
-@pytest.fixture(scope="module")
-def registry(probe, card) -> dict[str, Any]:
-    found = probe("registry", "registry", modules=list(startup.START_UP_MODULES))
-    REPORT.startup.update(
-        persona=f"{card.name.value} x{DEVICES} (capability {card.capability.value[0]}.{card.capability.value[1]})",
-        platform=found.get("platform", {}),
-        kernels=found.get("kernels", {}),
-        registry_seconds=found["seconds"],
-    )
-    return found
-
-
-def _dry_run(box, image, mode: str, family: startup.Family) -> list[str]:
+def _dry_run(box, image, mode: str, family: startup.Family) -> tuple[dict[str, str], list[str]]:
     env = {"TINI_SUBREAPER": "1", "TP_SIZE": str(DEVICES), "MODEL_PATH": f"{MODELS}/{family.key}/target"}
     if mode == "eagle3":
         env["DRAFT_MODEL_PATH"] = f"{MODELS}/{family.key}/draft"
@@ -96,40 +87,73 @@ def _dry_run(box, image, mode: str, family: startup.Family) -> list[str]:
     if result.exit_code != 0:
         pytest.fail(f"{family.key}: `{mode} --dry-run` exited {result.exit_code}: {stderr.strip()[-400:]}", False)
     lines = [line for line in stdout.strip().splitlines() if line.strip()]
-    return shlex.split(lines[-1])
+    return startup.split_command(shlex.split(lines[-1]))
 
 
 @pytest.fixture(scope="module")
-def server_args(box, image, staged, probe) -> dict[str, Any]:
-    """Every family x mode through SGLang's own start-up, one probe per distinct environment of the commands."""
+def commands(box, image, staged) -> dict[str, tuple[dict[str, str], list[str]]]:
+    """case -> (env, SGLang arguments) of the command the image's entrypoint prints (`--dry-run`, TP 8), all
+    four at once (each runs SGLang's parser in the image: seconds of CPU)."""
+    jobs = {f"{f.key}/{mode}": (mode, f) for f in startup.FAMILIES for mode in startup.MODES}
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {case: pool.submit(_dry_run, box, image, mode, family) for case, (mode, family) in jobs.items()}
+        found = {case: future.result() for case, future in futures.items()}
+    REPORT.startup["commands"] = {
+        case: shlex.join([*(f"{k}={v}" for k, v in env.items()), *argv]) for case, (env, argv) in found.items()
+    }
+    return found
+
+
+@pytest.fixture(scope="module")
+def run(probe, commands) -> dict[str, Any]:
+    """One probe per distinct environment of the commands (one for both tracks' rules today): the first also
+    imports the registry and the start-up modules, in the same process, as the server would."""
     groups: dict[str, list[dict[str, Any]]] = {}
-    commands = {}
-    for family in startup.FAMILIES:
-        for mode in startup.MODES:
-            env, argv = startup.split_command(_dry_run(box, image, mode, family))
-            case_id = f"{family.key}/{mode}"
-            commands[case_id] = shlex.join([*(f"{k}={v}" for k, v in env.items()), *argv])
-            groups.setdefault(json.dumps(env, sort_keys=True), []).append({"id": case_id, "env": env, "argv": argv})
-    merged: dict[str, Any] = {"cases": {}, "seconds": 0.0}
+    for case, (env, argv) in commands.items():
+        groups.setdefault(json.dumps(env, sort_keys=True), []).append({"id": case, "env": env, "argv": argv})
+    merged: dict[str, Any] = {"registry": None, "cases": {}, "seconds": 0.0, "boundaries_all": []}
     for i, cases in enumerate(groups.values()):
-        found = probe(f"server-args-{i}", "server_args", cases=cases)
+        tasks = ["registry", "server_args"] if i == 0 else ["server_args"]
+        found = probe(f"run-{i}", env=cases[0]["env"], tasks=tasks, modules=list(startup.START_UP_MODULES), cases=cases)
         merged["seconds"] += found["seconds"]
-        for key in ("torch", "cudnn", "platform", "asked", "nvidia_smi", "error"):
-            if key in found:
-                merged.setdefault(key, found[key])
-        for case_id, rec in found.get("cases", {}).items():
-            rec["deep_gemm"] = found.get("deep_gemm", {})
+        merged["boundaries_all"] += found.get("boundaries_all", [])
+        if "error" in found:
+            merged.setdefault("error", found["error"])
+        for key in ("asked", "nvidia_smi"):
+            merged.setdefault(key, found.get(key))
+        if i == 0:
+            merged["registry"] = found.get("registry") or {}
+        args = found.get("server_args") or {}
+        for key in ("torch", "cudnn", "platform"):
+            if key in args:
+                merged.setdefault(key, args[key])
+        for case_id, rec in args.get("cases", {}).items():
+            rec["deep_gemm"] = args.get("deep_gemm", {})
             merged["cases"][case_id] = rec
+    reg = merged["registry"] or {}
     REPORT.startup.update(
+        platform=reg.get("platform", {}),
+        kernels=reg.get("kernels", {}),
         cudnn=merged.get("cudnn"),
-        commands=commands,
         decisions={cid: startup.decisions(rec) for cid, rec in merged["cases"].items() if "settings" in rec},
         refused={cid: startup.describe_failure(rec["error"]) for cid, rec in merged["cases"].items() if "error" in rec},
-        server_args_seconds=round(merged["seconds"], 1),
-        asked=merged.get("asked", {}),
-        nvidia_smi=merged.get("nvidia_smi", []),
+        seconds=round(merged["seconds"], 1),
+        asked=merged.get("asked") or {},
+        nvidia_smi=merged.get("nvidia_smi") or [],
     )
     return merged
+
+
+@pytest.fixture(scope="module")
+def registry(run) -> dict[str, Any]:
+    if "error" in run and not run["registry"]:
+        pytest.fail(f"the start-up probe stopped: {startup.describe_failure(run['error'])}", pytrace=False)
+    return {**run["registry"], "asked": run.get("asked") or {}, "boundaries_all": run["boundaries_all"]}
+
+
+@pytest.fixture(scope="module")
+def server_args(run) -> dict[str, Any]:
+    return run
 
 
 def _boundaries(found: dict[str, Any]) -> list[str]:

@@ -306,7 +306,7 @@ def test_the_decision_table_has_a_column_per_case_and_says_who_refused():
     text = report.table(rep)
     assert "start-up on the sm_120 persona: Card x8, cuDNN 91002" in text
     header = next(line for line in text.splitlines() if line.startswith("decision"))
-    assert header.split()[1:] == ["m/baseline", "m/eagle3"]
+    assert header.split()[1:] == ["m/baseline", "m/eagle3", "(refused)"]
     assert any(line.split()[-2:] == ["triton", "refused"] for line in text.splitlines() if "attention backend" in line)
     assert "m/eagle3: SGLang refused to start: server_args line 1 -> RuntimeError: cuDNN 9.10" in text
 
