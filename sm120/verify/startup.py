@@ -41,6 +41,7 @@ START_UP_MODULES = (
 # The decision table: (row, setting). `draft attention` is the draft's own setting, else what it inherits.
 DECISION_ROWS: tuple[tuple[str, str], ...] = (
     ("quantization", "quantization"),
+    ("quant config (loader)", "quant_config"),
     ("attention backend", "attention_backend"),
     ("prefill / decode attention", "prefill_decode_attention"),
     ("draft attention backend", "speculative_draft_attention_backend"),
@@ -282,7 +283,10 @@ def decisions(case: Mapping[str, Any]) -> dict[str, Any]:
     settings = dict(case.get("settings") or {})
     out: dict[str, Any] = dict(settings)
     for key, value in (case.get("runners") or {}).items():
-        out[key] = value
+        if key == "load_error":
+            out["quant_config"] = f"refused: {value.get('type')}"
+        elif key != "error":
+            out[key] = value
     for key, value in (case.get("deep_gemm") or {}).items():
         out[f"deep_gemm.{key}"] = value
     attention = settings.get("attention_backend")

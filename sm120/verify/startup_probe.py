@@ -482,6 +482,14 @@ def runners(server_args: Any) -> dict[str, Any]:
     except BaseException as exc:
         return {"error": failure(exc)}
     out: dict[str, Any] = {"quantization": getattr(model_config, "quantization", None)}
+    try:  # the model loader's first step (model_loader/loader.py): JSON and the device's capability, no weights
+        from sglang.srt.configs.load_config import LoadConfig
+        from sglang.srt.model_loader.loader import _get_quantization_config
+
+        quant_config = _get_quantization_config(model_config, LoadConfig())
+        out["quant_config"] = type(quant_config).__name__ if quant_config is not None else None
+    except BaseException as exc:
+        out["load_error"] = failure(exc)
     for key, module, getter in (
         ("moe_runner", "sglang.srt.layers.moe.utils", "get_moe_runner_backend"),
         ("fp4_gemm_runner", "sglang.srt.layers.quantization.fp4_utils", "get_fp4_gemm_runner_backend"),

@@ -202,14 +202,22 @@ def test_kernel_libraries_imported_at_module_level_load(registry):
 
 @pytest.mark.parametrize("case", CASES)
 def test_sglang_accepts_the_entrypoints_command(case: str, server_args):
-    """SGLang's own ServerArgs and post-init checks (the cuDNN gate included) and the scheduler's runner set-up."""
+    """SGLang's own ServerArgs and post-init checks, the server's launch checks (the cuDNN gate included), the
+    scheduler's runner set-up and the model loader's quantization step: every refusal is named."""
     assert "error" not in server_args, f"the probe stopped: {startup.describe_failure(server_args['error'])}"
     rec = server_args["cases"].get(case)
     assert rec is not None, f"{case} was not run"
-    if "error" in rec:
-        pytest.fail(f"{case}: SGLang refused to start: {startup.describe_failure(rec['error'])}", pytrace=False)
-    assert not rec.get("boundaries"), f"{case}: start-up reached calls that need a GPU: {rec['boundaries']}"
     runners = rec.get("runners", {})
+    problems = []
+    if "error" in rec:
+        problems.append(f"SGLang refused to start: {startup.describe_failure(rec['error'])}")
+    if rec.get("boundaries"):
+        problems.append(f"start-up reached calls that need a GPU: {rec['boundaries']}")
+    if "load_error" in runners:
+        why = startup.describe_failure(runners["load_error"])
+        problems.append(f"SGLang's model loader refuses the checkpoint's quantization: {why}")
+    if problems:
+        pytest.fail(f"{case}: " + " || ".join(problems), pytrace=False)
     if "error" in runners:  # the scheduler's set-up differs between releases: what it could not tell is `?`
         why = startup.describe_failure(runners["error"])
         REPORT.warnings.append(f"start-up {case}: the scheduler's runner set-up: {why}")
