@@ -90,11 +90,21 @@ def _dry_run(box, image, mode: str, family: startup.Family) -> tuple[dict[str, s
     return startup.split_command(shlex.split(lines[-1]))
 
 
+def _selected(request: pytest.FixtureRequest) -> tuple[set[str], bool]:
+    """(the cases, whether the registry) that the selected checks of this module need (`-k` keeps runs short)."""
+    items = [i for i in request.session.items if i.module is request.module]
+    cases = {i.callspec.params["case"] for i in items if hasattr(i, "callspec") and "case" in i.callspec.params}
+    return cases, any("registry" in i.fixturenames for i in items)
+
+
 @pytest.fixture(scope="module")
-def commands(box, image, staged) -> dict[str, tuple[dict[str, str], list[str]]]:
-    """case -> (env, SGLang arguments) of the command the image's entrypoint prints (`--dry-run`, TP 8), all
-    four at once (each runs SGLang's parser in the image: seconds of CPU)."""
-    jobs = {f"{f.key}/{mode}": (mode, f) for f in startup.FAMILIES for mode in startup.MODES}
+def commands(request, box, image, staged) -> dict[str, tuple[dict[str, str], list[str]]]:
+    """case -> (env, SGLang arguments) of the command the image's entrypoint prints (`--dry-run`, TP 8), for
+    the selected cases, at once (each runs SGLang's parser in the image: seconds of CPU)."""
+    wanted, _ = _selected(request)
+    jobs = {f"{f.key}/{m}": (m, f) for f in startup.FAMILIES for m in startup.MODES if f"{f.key}/{m}" in wanted}
+    if not jobs:
+        return {}
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {case: pool.submit(_dry_run, box, image, mode, family) for case, (mode, family) in jobs.items()}
         found = {case: future.result() for case, future in futures.items()}
@@ -105,16 +115,20 @@ def commands(box, image, staged) -> dict[str, tuple[dict[str, str], list[str]]]:
 
 
 @pytest.fixture(scope="module")
-def run(probe, commands) -> dict[str, Any]:
+def run(request, probe, commands) -> dict[str, Any]:
     """One probe per distinct environment of the commands (one for both tracks' rules today): the first also
     imports the registry and the start-up modules, in the same process, as the server would."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for case, (env, argv) in commands.items():
         groups.setdefault(json.dumps(env, sort_keys=True), []).append({"id": case, "env": env, "argv": argv})
+    _, with_registry = _selected(request)
+    if not groups:
+        groups["{}"] = []
     merged: dict[str, Any] = {"registry": None, "cases": {}, "seconds": 0.0, "boundaries_all": []}
     for i, cases in enumerate(groups.values()):
-        tasks = ["registry", "server_args"] if i == 0 else ["server_args"]
-        found = probe(f"run-{i}", env=cases[0]["env"], tasks=tasks, modules=list(startup.START_UP_MODULES), cases=cases)
+        tasks = (["registry"] if i == 0 and with_registry else []) + (["server_args"] if cases else [])
+        env = cases[0]["env"] if cases else {}
+        found = probe(f"run-{i}", env=env, tasks=tasks, modules=list(startup.START_UP_MODULES), cases=cases)
         merged["seconds"] += found["seconds"]
         merged["boundaries_all"] += found.get("boundaries_all", [])
         if "error" in found:

@@ -3,11 +3,14 @@ images derived from SM120_IMAGE that carry one known defect each:
 
 - cuDNN 9.10 with torch 2.9.1: SGLang 0.5.9's cuDNN gate refuses every multimodal model (Kimi-K2.5). The derived
   image gets cuDNN 9.10.2.21's `libcudnn.so.9` (the library whose cudnnGetVersion() torch.backends.cudnn.version()
-  reads) in place of the image's own, one 125 KB COPY layer. That one file is fetched from PyPI's
+  reads) in place of the image's own: one 125 KB layer. That one file is fetched from PyPI's
   nvidia-cudnn-cu12 9.10.2.21 wheel with HTTP range requests (remotezip: the wheel's index and that member, not
   its 700 MB), checked against the sha256 in the wheel's own RECORD, and cached under ~/.cache/sglang-sm120.
 - no `sgl_kernel/flash_ops`: SGLang's vision attention imports sgl_kernel.flash_attn at module level on CUDA, so
-  Kimi-K2.5 drops out of the model registry. The derived image removes the file (one RUN layer).
+  Kimi-K2.5 drops out of the model registry. The derived image removes the file (one layer with its whiteout).
+
+Each derived image is the image plus one layer, loaded with `docker load` in well under a second
+(tests/image_meta/derive.py): no container is started or committed.
 
     SM120_IMAGE=sglang-sm120:0.5.9-cu13.0.1-offline pytest -m image tests/image_meta/test_startup_meta.py
 """
@@ -28,7 +31,7 @@ from packaging.version import Version
 
 from sm120.verify import docker_env, labels
 from tests.helpers import run_build_py
-from tests.image_meta.test_verify_command import build_image, leftover
+from tests.image_meta.derive import derive
 
 IMAGE = os.environ.get("SM120_IMAGE", "").strip()
 pytestmark = [pytest.mark.image, pytest.mark.docker]
@@ -50,17 +53,23 @@ def dc():
 
 @pytest.fixture
 def derived(dc) -> Iterator:
+    """derived(add={path: (bytes, mode)}, remove=[paths]) -> the tag of SM120_IMAGE plus that one layer."""
     made: list[str] = []
 
-    def make(dockerfile: str, files=None) -> str:
-        tag = f"sm120-verify-test:startup-{uuid.uuid4().hex[:8]}"
-        build_image(dc, dockerfile, tag, files)
+    def make(**change) -> str:
+        tag = derive(dc, IMAGE, f"sm120-verify-test:startup-{uuid.uuid4().hex[:8]}", **change)
         made.append(tag)
         return tag
 
     yield make
     for tag in made:
         dc.images.remove(tag, force=True)
+
+
+def left_by(dc, tag: str) -> list[str]:
+    """Containers of any verify run started from `tag` (other runs on this engine are not this test's)."""
+    image_id = dc.images.get(tag).id
+    return [(c.get("Names") or [c["Id"]])[0] for c in docker_env.run_containers(dc) if c.get("ImageID") == image_id]
 
 
 def in_image(dc, command: str) -> str:
@@ -105,22 +114,22 @@ def test_cudnn_older_than_9_15_with_torch_2_9_1_fails_verify_naming_the_gate(dc,
         pytest.skip(f"SGLang's cuDNN gate is for torch 2.9.1 only; {IMAGE} has torch {expect.torch}")
     found = in_image(dc, "find /opt/venv -name libcudnn.so.9 -path '*nvidia*' | head -1")
     assert found, f"{IMAGE} has no libcudnn.so.9 under /opt/venv (torch {expect.torch} loads cuDNN from a wheel)"
-    tag = derived(f"FROM {IMAGE}\nCOPY libcudnn.so.9 {found}\n", {"libcudnn.so.9": (old_cudnn_library(), 0o755)})
+    tag = derived(add={found: (old_cudnn_library(), 0o755)})
     rc, stdout, stderr, took = _verify(tag, "test_sglang_accepts_the_entrypoints_command and kimi")
     assert rc == 1, (stdout + stderr)[-2000:]
     last = stderr.strip().splitlines()[-1]
     assert "test_startup::test_sglang_accepts_the_entrypoints_command[kimi-k25-nvfp4/" in last, last
     assert "CuDNN 9.10" in stdout and "nvidia-cudnn-cu12==9.16.0.29" in stdout, stdout[-2000:]
     assert "Traceback" not in stderr
-    assert not leftover(dc)
+    assert not left_by(dc, tag)
     print(f"verify on the cuDNN {CUDNN_OLD} image: {took:.0f} s")
 
 
 @needs_image
-def test_an_image_without_flash_ops_fails_verify_naming_the_importing_module(dc, derived, image_user):
+def test_an_image_without_flash_ops_fails_verify_naming_the_importing_module(dc, derived):
     found = in_image(dc, "find /opt/venv -path '*/sgl_kernel/flash_ops*.so' | head -1")
     # Without it already (a source build of sgl-kernel without FA3), the image itself is the case.
-    tag = derived(f"FROM {IMAGE}\nUSER root\nRUN rm -f {found}\nUSER {image_user}\n") if found else IMAGE
+    tag = derived(remove=[found]) if found else IMAGE
     rc, stdout, stderr, took = _verify(tag, "test_the_registry_registers or test_kernel_libraries_imported")
     assert rc == 1, (stdout + stderr)[-2000:]
     last = stderr.strip().splitlines()[-1]
@@ -128,10 +137,5 @@ def test_an_image_without_flash_ops_fails_verify_naming_the_importing_module(dc,
     assert "test_startup::test_kernel_libraries_imported_at_module_level_load" in last, last
     assert "KimiK25ForConditionalGeneration: sglang.srt.layers.attention.vision line" in stdout, stdout[-3000:]
     assert "from sgl_kernel.flash_attn import" in stdout and "flash_ops" in stdout.replace("FA3", "flash_ops")
-    assert not leftover(dc)
+    assert not left_by(dc, tag)
     print(f"verify on the image without flash_ops: {took:.0f} s")
-
-
-@pytest.fixture(scope="module")
-def image_user(dc) -> str:
-    return dc.images.get(IMAGE).attrs["Config"].get("User") or "root"

@@ -329,3 +329,17 @@ def test_model_files_are_the_families_configs_and_their_drafters():
     draft = json.loads(files["models/deepseek-v3/draft/config.json"])
     assert draft["architectures"] == ["LlamaForCausalLMEagle3"] and draft["hidden_size"] == 7168
     assert draft["vocab_size"] == 129280
+
+
+def test_a_derived_layer_holds_the_added_files_and_whiteouts_for_the_removed():
+    import io
+    import tarfile
+
+    from tests.image_meta.derive import layer
+
+    data = layer(add={"/opt/lib/libx.so.9": (b"ELF", 0o755)}, remove=["/opt/venv/pkg/flash_ops.abi3.so"])
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert set(members) == {"opt/lib/libx.so.9", "opt/venv/pkg/.wh.flash_ops.abi3.so"}
+        assert members["opt/lib/libx.so.9"].mode == 0o755 and members["opt/lib/libx.so.9"].uid == 0
+        assert tar.extractfile("opt/lib/libx.so.9").read() == b"ELF"
