@@ -126,7 +126,7 @@ def decision_table(startup: dict[str, Any]) -> list[str]:
             line = "".join(f"{cell:<{col_w[c]}}" for cell, c in zip(cells, cases, strict=True))
             rows.append(f"{label:<{label_w}}{line}".rstrip())
     for case, why in sorted(refused.items()):
-        rows.append(f"{case}: SGLang refused to start: {why[:300]}")
+        rows += [f"{case}: SGLang refused to start: {part[:300]}" for part in why.split(" || ")]
     return rows
 
 

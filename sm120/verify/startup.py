@@ -353,3 +353,14 @@ def describe_failure(failure: Mapping[str, Any]) -> str:
     where = failure.get("module") or failure.get("sglang_frame") or "?"
     line = f" line {failure['line']}: {failure['statement']}" if failure.get("statement") else ""
     return f"{where}{line} -> {failure.get('type')}: {failure.get('message', '')[:900]}"
+
+
+def refusal(case: Mapping[str, Any]) -> str:
+    """Why SGLang would not start a case (its launch checks, then its model loader), or ''."""
+    reasons = []
+    if case.get("error"):
+        reasons.append(describe_failure(case["error"]))
+    load_error = (case.get("runners") or {}).get("load_error")
+    if load_error:
+        reasons.append("model loader: " + describe_failure(load_error))
+    return " || ".join(reasons)

@@ -150,7 +150,7 @@ def run(request, probe, commands) -> dict[str, Any]:
         kernels=reg.get("kernels", {}),
         cudnn=merged.get("cudnn"),
         decisions={cid: startup.decisions(rec) for cid, rec in merged["cases"].items() if "settings" in rec},
-        refused={cid: startup.describe_failure(rec["error"]) for cid, rec in merged["cases"].items() if "error" in rec},
+        refused={cid: why for cid, rec in merged["cases"].items() if (why := startup.refusal(rec))},
         seconds=round(merged["seconds"], 1),
         asked=merged.get("asked") or {},
         nvidia_smi=merged.get("nvidia_smi") or [],

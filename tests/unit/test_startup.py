@@ -343,3 +343,14 @@ def test_a_derived_layer_holds_the_added_files_and_whiteouts_for_the_removed():
         assert set(members) == {"opt/lib/libx.so.9", "opt/venv/pkg/.wh.flash_ops.abi3.so"}
         assert members["opt/lib/libx.so.9"].mode == 0o755 and members["opt/lib/libx.so.9"].uid == 0
         assert tar.extractfile("opt/lib/libx.so.9").read() == b"ELF"
+
+
+def test_a_refusal_names_the_launch_check_and_the_model_loader():
+    gate = {"module": None, "sglang_frame": "sglang/srt/server_args.py:5298 (gate)", "type": "RuntimeError"}
+    loader = {"sglang_frame": "sglang/srt/model_loader/weight_utils.py:1 (x)", "type": "ValueError", "message": "FP8"}
+    both = startup.refusal({"error": {**gate, "message": "CuDNN 9.10"}, "runners": {"load_error": loader}})
+    assert both.split(" || ") == [
+        "sglang/srt/server_args.py:5298 (gate) -> RuntimeError: CuDNN 9.10",
+        "model loader: sglang/srt/model_loader/weight_utils.py:1 (x) -> ValueError: FP8",
+    ]
+    assert startup.refusal({"settings": {}, "runners": {"quantization": "fp8"}}) == ""
