@@ -10,9 +10,14 @@ driver stub as libcuda.so.1 and puts a stand-in nvidia-smi on PATH, then runs SG
   imported at module level that does not load names the SGLang module and line that imports it;
 - for Kimi-K2.5 NVFP4 and DeepSeek-V3 (config.json written here, no weights), baseline and eagle3: the command
   the image's entrypoint prints (`--dry-run`, TP 8, the sm_120 runtime rules) goes through SGLang's own
-  `prepare_server_args` (ServerArgs and its post-init checks, the cuDNN gate included, never disabled) and the
-  scheduler's MoE/GEMM runner set-up; what SGLang decided is the decision table of the report, and a decision
-  that lands on an sm_120 trap (build.toml [[sm120_traps]]) fails, naming the option to set.
+  `prepare_server_args` (ServerArgs and its post-init), the server's launch checks (`_set_envs_and_config`,
+  `check_server_args`: the cuDNN gate, never disabled), the scheduler's MoE/GEMM runner set-up and the model
+  loader's quantization step (`_get_quantization_config`: JSON and the device's capability, no weights); what
+  SGLang decided is the decision table of the report, and a decision that lands on an sm_120 trap
+  (build.toml [[sm120_traps]]) fails, naming the option to set.
+
+One probe process per launch environment does all of it, as the image's user, in the `box` container; only the
+cases and the registry that the selected checks need are run (`-k`). SM120_PERSONA=rtx-5090 picks the other card.
 
 Nothing here launches a kernel or allocates device memory: such a call stops the probe and is named with the
 SGLang line that made it.

@@ -115,7 +115,7 @@ def test_cudnn_older_than_9_15_with_torch_2_9_1_fails_verify_naming_the_gate(dc,
     found = in_image(dc, "find /opt/venv -name libcudnn.so.9 -path '*nvidia*' | head -1")
     assert found, f"{IMAGE} has no libcudnn.so.9 under /opt/venv (torch {expect.torch} loads cuDNN from a wheel)"
     tag = derived(add={found: (old_cudnn_library(), 0o755)})
-    rc, stdout, stderr, took = _verify(tag, "test_sglang_accepts_the_entrypoints_command and kimi")
+    rc, stdout, stderr, took = _verify(tag, "test_sglang_accepts_the_entrypoints_command and kimi and baseline")
     assert rc == 1, (stdout + stderr)[-2000:]
     last = stderr.strip().splitlines()[-1]
     assert "test_startup::test_sglang_accepts_the_entrypoints_command[kimi-k25-nvfp4/" in last, last
