@@ -391,6 +391,13 @@ def _eagle3_in_source() -> list[str]:
     return sorted(names)
 
 
+def field_names(server_args: Any) -> list[str]:
+    """ServerArgs' fields: the dataclass's (0.5.9), else the record's own attributes (newer releases)."""
+    if dataclasses.is_dataclass(server_args):
+        return [f.name for f in dataclasses.fields(server_args)]
+    return sorted(k for k in vars(server_args) if not k.startswith("_"))
+
+
 def _jsonable(value: Any) -> bool:
     if value is None or isinstance(value, (str, int, float, bool)):
         return True
@@ -419,9 +426,8 @@ def task_server_args(job: dict[str, Any]) -> dict[str, Any]:
         out["cudnn"] = torch.backends.cudnn.version()
     except BaseException as exc:
         out["cudnn"] = f"raised {type(exc).__name__}: {exc}"
-    from sglang.srt.server_args import ServerArgs, prepare_server_args
+    from sglang.srt.server_args import prepare_server_args
 
-    names = [f.name for f in dataclasses.fields(ServerArgs)]
     for case in job["cases"]:
         os.environ.update(case["env"])
         before = len(BOUNDARIES)
@@ -434,7 +440,7 @@ def task_server_args(job: dict[str, Any]) -> dict[str, Any]:
                 from sglang.srt.arg_groups.overrides import resolving_view
 
                 view = resolving_view(server_args)
-            rec["settings"] = settings(view, names)
+            rec["settings"] = settings(view, field_names(server_args))
         except BaseException as exc:  # SGLang's own refusal is the finding
             rec["error"] = failure(exc)
         if "settings" in rec:
