@@ -15,7 +15,17 @@ from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import UsageError
 
@@ -268,6 +278,44 @@ class Patch(_Strict):
         return self.upstream_check if isinstance(self.upstream_check, list) else [self.upstream_check]
 
 
+class Sm120Trap(_Strict):
+    """A backend or setting known not to run on sm_120 ([[sm120_traps]]). The start-up check (T2.5) fails when
+    SGLang's own decision for a supported model lands on one of `values` in one of `settings`, naming `fix`."""
+
+    settings: list[str] = Field(min_length=1)
+    values: list[StrictBool | StrictInt | StrictStr] = Field(min_length=1)
+    fix: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    sglang: str | None = None  # the releases it holds for (a version range); None: every release
+    quantization: list[str] = []  # only where SGLang's quantization is one of these; empty: any
+
+    @field_validator("sglang")
+    @classmethod
+    def _range(cls, sglang: str | None) -> str | None:
+        if sglang is not None:
+            try:
+                SpecifierSet(sglang)
+            except InvalidSpecifier as exc:
+                raise ValueError(f"{sglang!r} is not a version range like '<0.5.10'") from exc
+        return sglang
+
+    def applies(self, version: str, quantization: str | None) -> bool:
+        if self.sglang is not None and not SpecifierSet(self.sglang).contains(Version(version), prereleases=True):
+            return False
+        return not self.quantization or quantization in self.quantization
+
+    def hits(self, decisions: dict[str, Any]) -> list[tuple[str, Any]]:
+        """(setting, value) pairs of `decisions` that land on this trap (1 and True are different values)."""
+        found = []
+        for setting in self.settings:
+            if setting in decisions:
+                value = decisions[setting]
+                if any(type(value) is type(v) and value == v for v in self.values):
+                    found.append((setting, value))
+        return found
+
+
 class Config(_Strict):
     project: Project
     image: Image
@@ -280,6 +328,7 @@ class Config(_Strict):
     patches: dict[str, Patch] = {}
     local_bases: LocalBases
     builder: dict[str, BuilderNeeds] = {}  # by profile name
+    sm120_traps: list[Sm120Trap] = []
 
     # Set by `load`, not by the file.
     path: Path = Field(default=DEFAULT_CONFIG, exclude=True)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .startup import DECISION_ROWS
+
 PACKAGES = ("torch", "sglang", "sgl_kernel", "flashinfer", "flash_attn")
 
 
@@ -27,6 +29,8 @@ class Report:
     found: dict[str, str] = field(default_factory=dict)  # import name -> version in the image
     kernels: list[dict[str, Any]] = field(default_factory=list)  # {library, archs, required, extra, ...}
     warnings: list[str] = field(default_factory=list)
+    # The start-up check (T2.5): persona, cuDNN, per case (family/mode) SGLang's decisions or its refusal.
+    startup: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, indent=1, sort_keys=True)
@@ -84,7 +88,46 @@ def table(report: Report) -> str:
             rows.append(f"{k['library']:<{width}}{report_archs(k)}")
     else:
         rows += ["", "kernel library SASS archs: ? (the kernel checks did not run)"]
+    if report.startup:
+        rows += ["", *decision_table(report.startup)]
     return "\n".join(rows)
+
+
+def decision_table(startup: dict[str, Any]) -> list[str]:
+    """SGLang's start-up decisions on the sm_120 persona: one column per model and mode, one row per decision."""
+    decided: dict[str, dict[str, Any]] = startup.get("decisions") or {}
+    refused: dict[str, str] = startup.get("refused") or {}
+    cases = sorted({*decided, *refused}, key=lambda c: (c.split("/")[0], c.split("/")[-1] != "baseline"))
+    rows = [
+        f"start-up on the sm_120 persona: {startup.get('persona', '?')}, cuDNN {startup.get('cudnn', '?')}",
+    ]
+    if not cases:
+        return [*rows, "  ? (the start-up check did not run)"]
+
+    def shown(value: Any) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    label_w = max(len(label) for label, _ in DECISION_ROWS) + 2
+    heads = {c: c + (" (refused)" if c in refused else "") for c in cases}
+    col_w = {c: max(len(heads[c]), 12) + 2 for c in cases}
+    for case in cases:
+        for _, key in DECISION_ROWS:
+            col_w[case] = max(col_w[case], len(shown(decided.get(case, {}).get(key))) + 2)
+    rows.append((f"{'decision':<{label_w}}" + "".join(f"{heads[c]:<{col_w[c]}}" for c in cases)).rstrip())
+    for label, key in DECISION_ROWS:
+        cells = []
+        for case in cases:
+            cells.append(shown(decided[case].get(key)) if case in decided else "refused")
+        if any(cell not in ("-", "refused") for cell in cells):
+            line = "".join(f"{cell:<{col_w[c]}}" for cell, c in zip(cells, cases, strict=True))
+            rows.append(f"{label:<{label_w}}{line}".rstrip())
+    for case, why in sorted(refused.items()):
+        rows += [f"{case}: SGLang refused to start: {part[:300]}" for part in why.split(" || ")]
+    return rows
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,105 @@
+"""The sm_120 personas (sm120/verify/personas.toml): what torch answers inside the image during the start-up check.
+
+`load()` reads and validates the file (every answer has a value and a source; unknown keys are errors), and
+`Persona.answers(devices)` is what the in-image probe (sm120/verify/startup_probe.py) receives: the values only,
+plus the number of cards. The probe answers from that and from nothing else.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+PERSONAS = Path(__file__).with_name("personas.toml")
+MIB = 1 << 20
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Sourced(_Strict):
+    source: str = Field(min_length=10)
+
+
+class Text(_Sourced):
+    value: str = Field(min_length=1)
+
+
+class Count(_Sourced):
+    value: int = Field(ge=1)
+
+
+class Capability(_Sourced):
+    value: tuple[int, int]
+
+    @field_validator("value")
+    @classmethod
+    def _sm120(cls, value: tuple[int, int]) -> tuple[int, int]:
+        if value[0] != 12:
+            raise ValueError(f"{value} is not an sm_120-family capability (12, x)")
+        return value
+
+
+class Persona(_Strict):
+    summary: str
+    name: Text
+    capability: Capability
+    multi_processor_count: Count
+    total_memory_mib: Count
+    free_memory_mib: Count
+
+    def answers(self, devices: int) -> dict[str, Any]:
+        """The values the probe answers with (no sources: they stay here), for `devices` identical cards."""
+        if devices < 1:
+            raise ValueError("a persona has at least one card")
+        if self.free_memory_mib.value > self.total_memory_mib.value:
+            raise ValueError("free memory above total memory")
+        return {
+            "name": self.name.value,
+            "capability": list(self.capability.value),
+            "multi_processor_count": self.multi_processor_count.value,
+            "total_memory": self.total_memory_mib.value * MIB,
+            "free_memory": self.free_memory_mib.value * MIB,
+            "devices": devices,
+        }
+
+    def sources(self) -> dict[str, str]:
+        return {key: getattr(self, key).source for key in type(self).model_fields if key != "summary"}
+
+
+class Personas(_Strict):
+    default: str
+    personas: dict[str, Persona] = Field(min_length=1)
+
+    def get(self, key: str | None = None) -> Persona:
+        key = key or self.default
+        if key not in self.personas:
+            raise UsageError(f"{PERSONAS.name}: no persona {key!r} (personas: {', '.join(sorted(self.personas))})")
+        return self.personas[key]
+
+
+def load(path: Path | None = None) -> Personas:
+    path = path or PERSONAS
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    try:
+        personas = Personas.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise UsageError(f"{path.name}: {where}: {err['msg']}") from None
+    personas.get(personas.default)
+    return personas

@@ -1,0 +1,366 @@
+"""The host side of the start-up check (tier T2.5, tests/image/test_startup.py): the model configs it writes, the
+decisions it reads back from SGLang, the sm_120 traps it holds them against, and the kernel-library failures.
+
+The in-image side is startup_probe.py (copied into the container, run by the image's Python). Everything here
+is plain data in, plain data out, so it is unit-tested without an image (tests/unit/test_startup.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import Sm120Trap
+
+# Architectures the project supports (README: Kimi-K2.5, the DeepSeek-V3 family); the EAGLE-3 drafters are
+# every `*Eagle3*` class of the installed SGLang (what the entrypoint accepts), found by the probe.
+SUPPORTED = ("KimiK25ForConditionalGeneration", "DeepseekV3ForCausalLM")
+EAGLE3_MARK = "Eagle3"
+
+# What a kernel library's failure looks like in an import error (module names and shared objects).
+KERNEL_LIBRARIES = ("sgl_kernel", "flashinfer", "flash_attn", "deep_gemm", "flash_mla", "triton", "tvm_ffi", "cutlass")
+
+# SGLang start-up modules imported under the persona beyond the model registry (the scheduler, the model
+# runner, the EAGLE worker, the layers they build): their module-level kernel imports must load.
+START_UP_MODULES = (
+    "sglang.srt.managers.scheduler",
+    "sglang.srt.model_executor.model_runner",
+    "sglang.srt.speculative.eagle_worker",  # up to 0.5.1x
+    "sglang.srt.speculative.eagle_worker_v2",
+    "sglang.srt.layers.attention.vision",
+    "sglang.srt.layers.attention.triton_backend",
+    "sglang.srt.layers.attention.flashinfer_mla_backend",
+    "sglang.srt.layers.moe.fused_moe_triton.layer",
+    "sglang.srt.layers.quantization.modelopt_quant",
+    "sglang.srt.layers.quantization.fp8",
+)
+
+# The decision table: (row, setting). `draft attention` is the draft's own setting, else what it inherits.
+DECISION_ROWS: tuple[tuple[str, str], ...] = (
+    ("quantization", "quantization"),
+    ("quant config (loader)", "quant_config"),
+    ("attention backend", "attention_backend"),
+    ("prefill / decode attention", "prefill_decode_attention"),
+    ("draft attention backend", "speculative_draft_attention_backend"),
+    ("vision attention backend", "mm_attention_backend"),
+    ("MoE runner (server args)", "moe_runner_backend"),
+    ("MoE runner (scheduler)", "moe_runner"),
+    ("draft MoE runner", "speculative_moe_runner_backend"),
+    ("FP4 GEMM (server args)", "fp4_gemm_runner_backend"),
+    ("FP4 GEMM (scheduler)", "fp4_gemm_runner"),
+    ("FP8 GEMM (scheduler)", "fp8_gemm_runner"),
+    ("DeepGEMM JIT", "deep_gemm.ENABLE_JIT_DEEPGEMM"),
+    ("CUDA graph", "cuda_graph"),
+    ("page size", "page_size"),
+    ("KV cache dtype", "kv_cache_dtype"),
+    ("mem fraction static", "mem_fraction_static"),
+    ("chunked prefill size", "chunked_prefill_size"),
+    ("torch symm-mem all-reduce", "enable_torch_symm_mem"),
+    ("custom all-reduce disabled", "disable_custom_all_reduce"),
+    ("FlashInfer all-reduce fusion", "enable_flashinfer_allreduce_fusion"),
+    ("speculative (steps/topk/draft)", "speculative"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model directories (config.json only: the fields SGLang's model config reads; no weights)
+# ---------------------------------------------------------------------------------------------------------------
+
+_DEEPSEEK_V3_TEXT: dict[str, Any] = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+    "first_k_dense_replace": 3,
+    "hidden_act": "silu",
+    "hidden_size": 7168,
+    "initializer_range": 0.02,
+    "intermediate_size": 18432,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_group": 8,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "norm_topk_prob": True,
+    "num_attention_heads": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 40,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+    "rope_theta": 10000,
+    "routed_scaling_factor": 2.5,
+    "scoring_func": "sigmoid",
+    "tie_word_embeddings": False,
+    "topk_group": 4,
+    "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
+}
+
+
+def deepseek_v3() -> dict[str, dict[str, Any]]:
+    """deepseek-ai/DeepSeek-V3's config.json (FP8 block-wise weights, as published)."""
+    config = dict(_DEEPSEEK_V3_TEXT)
+    config["quantization_config"] = {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+    }
+    return {"config.json": config}
+
+
+_NVFP4_EXCLUDE = ["lm_head", "*.mlp.gate", "*self_attn*", "vision_tower*", "mm_projector*"]
+
+
+def kimi_k25_nvfp4() -> dict[str, dict[str, Any]]:
+    """A Kimi-K2.5 NVFP4 checkpoint's config.json and hf_quant_config.json (ModelOpt export: NVFP4 experts,
+    BF16 attention and vision tower), the fields SGLang's KimiK25Config and ModelOpt parsing read."""
+    text = dict(_DEEPSEEK_V3_TEXT)
+    text.update(
+        model_type="kimi_k2",
+        bos_token_id=163584,
+        eos_token_id=163585,
+        first_k_dense_replace=1,
+        max_position_embeddings=262144,
+        n_group=1,
+        n_routed_experts=384,
+        num_attention_heads=64,
+        num_key_value_heads=64,
+        num_nextn_predict_layers=0,
+        rms_norm_eps=1e-05,
+        rope_scaling={
+            "beta_fast": 1.0,
+            "beta_slow": 1.0,
+            "factor": 64.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096,
+            "type": "yarn",
+        },
+        rope_theta=50000.0,
+        routed_scaling_factor=2.827,
+        topk_group=1,
+        vocab_size=163840,
+    )
+    quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16, "exclude_modules": _NVFP4_EXCLUDE}
+    config = {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "media_placeholder_token_id": 163605,
+        "pad_token_id": 163839,
+        "torch_dtype": "bfloat16",
+        "text_config": text,
+        "vision_config": {
+            "patch_size": 14,
+            "init_pos_emb_height": 64,
+            "init_pos_emb_width": 64,
+            "init_pos_emb_time": 4,
+            "pos_emb_type": "divided_fixed",
+            "num_attention_heads": 16,
+            "num_hidden_layers": 27,
+            "hidden_size": 1152,
+            "intermediate_size": 4304,
+            "merge_kernel_size": [2, 2],
+            "video_attn_type": "spatial_temporal",
+            "merge_type": "sd2_tpool",
+            "mm_projector_type": "patchmerger",
+            "mm_hidden_size": 1152,
+            "projector_hidden_act": "gelu",
+            "projector_ln_eps": 1e-05,
+            "text_hidden_size": 7168,
+        },
+        "quantization_config": {"quant_method": "modelopt", **quant},
+    }
+    hf_quant = {"producer": {"name": "modelopt", "version": "0.37.0"}, "quantization": quant}
+    return {"config.json": config, "hf_quant_config.json": hf_quant}
+
+
+def eagle3_drafter(target_text: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A one-layer Llama EAGLE-3 drafter for a target (SpecForge's layout): the target's hidden size and vocab."""
+    layers = int(target_text["num_hidden_layers"])
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": target_text["hidden_size"],
+        "intermediate_size": 18432,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "num_hidden_layers": 1,
+        "vocab_size": target_text["vocab_size"],
+        "draft_vocab_size": 32000,
+        "max_position_embeddings": target_text["max_position_embeddings"],
+        "rms_norm_eps": 1e-05,
+        "rope_theta": target_text["rope_theta"],
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "eagle_config": {
+            "eagle_aux_hidden_state_layer_ids": [1, layers // 2 - 1, layers - 4],
+            "use_aux_hidden_state": True,
+        },
+    }
+    return {"config.json": config}
+
+
+@dataclass(frozen=True)
+class Family:
+    key: str
+    title: str
+    target: dict[str, dict[str, Any]]
+
+    @property
+    def text(self) -> Mapping[str, Any]:
+        config = self.target["config.json"]
+        return config.get("text_config", config)
+
+    @property
+    def draft(self) -> dict[str, dict[str, Any]]:
+        return eagle3_drafter(self.text)
+
+
+FAMILIES = (
+    Family("kimi-k25-nvfp4", "Kimi-K2.5 NVFP4", kimi_k25_nvfp4()),
+    Family("deepseek-v3", "DeepSeek-V3", deepseek_v3()),
+)
+MODES = ("baseline", "eagle3")
+
+
+def model_files(root: str) -> dict[str, str]:
+    """name under `root` -> JSON text, for copy_in: ROOT/<family>/target/..., ROOT/<family>/draft/..."""
+    files = {}
+    for family in FAMILIES:
+        for role, content in (("target", family.target), ("draft", family.draft)):
+            for name, data in content.items():
+                files[f"{root}/{family.key}/{role}/{name}"] = json.dumps(data, indent=1)
+    return files
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The entrypoint's command and SGLang's decisions
+# ---------------------------------------------------------------------------------------------------------------
+
+_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def split_command(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """`VAR=v ... /opt/venv/bin/python3 -m sglang.launch_server ARGS` -> (env, ARGS)."""
+    env: dict[str, str] = {}
+    rest = list(argv)
+    while rest and _ENV.match(rest[0]):
+        key, value = rest.pop(0).split("=", 1)
+        env[key] = value
+    if len(rest) < 3 or rest[1:3] != ["-m", "sglang.launch_server"]:
+        raise ValueError(f"not an SGLang launch command: {' '.join(argv)[:200]}")
+    return env, rest[3:]
+
+
+def decisions(case: Mapping[str, Any]) -> dict[str, Any]:
+    """What SGLang decided for one case: its settings, the scheduler's runners, DeepGEMM, and derived rows."""
+    settings = dict(case.get("settings") or {})
+    out: dict[str, Any] = dict(settings)
+    for key, value in (case.get("runners") or {}).items():
+        if key == "load_error":
+            out["quant_config"] = f"refused: {value.get('type')}"
+        elif key != "error":
+            out[key] = value
+    for key, value in (case.get("deep_gemm") or {}).items():
+        out[f"deep_gemm.{key}"] = value
+    attention = settings.get("attention_backend")
+    prefill = settings.get("prefill_attention_backend") or attention
+    decode = settings.get("decode_attention_backend") or attention
+    if "attention_backend" in settings:
+        out["prefill_decode_attention"] = f"{prefill} / {decode}"
+    if settings.get("speculative_algorithm"):
+        out["speculative_draft_attention_backend"] = settings.get("speculative_draft_attention_backend") or decode
+        steps, topk, tokens = (
+            settings.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+        )
+        out["speculative"] = f"{settings['speculative_algorithm']} {steps}/{topk}/{tokens}"
+    if "disable_cuda_graph" in settings:
+        if settings["disable_cuda_graph"]:
+            out["cuda_graph"] = "disabled"
+        else:
+            bs = settings.get("cuda_graph_bs")
+            out["cuda_graph"] = f"max bs {settings.get('cuda_graph_max_bs')}" + (
+                f", {len(bs)} sizes" if isinstance(bs, list) else ""
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class TrapHit:
+    case: str
+    setting: str
+    value: Any
+    trap: Sm120Trap
+
+    def message(self, version: str) -> str:
+        return (
+            f"{self.case}: SGLang {version} decided {self.setting} = {self.value!r} on sm_120, a trap: "
+            f"{self.trap.reason}; set {self.trap.fix}"
+        )
+
+
+def trap_hits(traps: Iterable[Sm120Trap], version: str, cases: Mapping[str, Mapping[str, Any]]) -> list[TrapHit]:
+    """Every (case, setting) whose decision lands on a trap that holds for this release and quantization."""
+    hits = []
+    for case_id, decided in cases.items():
+        for trap in traps:
+            if trap.applies(version, decided.get("quantization")):
+                hits += [TrapHit(case_id, setting, value, trap) for setting, value in trap.hits(dict(decided))]
+    return hits
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Import failures: which kernel library, from which SGLang module
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def kernel_library(failure: Mapping[str, Any]) -> str | None:
+    """The kernel library an import failure comes from (its missing module, its statement or its message)."""
+    for text in (failure.get("missing"), failure.get("statement"), failure.get("message")):
+        for lib in KERNEL_LIBRARIES:
+            if text and re.search(rf"\b{lib}\b", str(text)):
+                return lib
+    return None
+
+
+def describe_failure(failure: Mapping[str, Any]) -> str:
+    where = failure.get("module") or failure.get("sglang_frame") or "?"
+    line = f" line {failure['line']}: {failure['statement']}" if failure.get("statement") else ""
+    return f"{where}{line} -> {failure.get('type')}: {failure.get('message', '')[:900]}"
+
+
+def refusal(case: Mapping[str, Any]) -> str:
+    """Why SGLang would not start a case (its launch checks, then its model loader), or ''."""
+    reasons = []
+    if case.get("error"):
+        reasons.append(describe_failure(case["error"]))
+    load_error = (case.get("runners") or {}).get("load_error")
+    if load_error:
+        reasons.append("model loader: " + describe_failure(load_error))
+    return " || ".join(reasons)

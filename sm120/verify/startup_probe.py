@@ -1,0 +1,546 @@
+"""SGLang's real start-up path on an sm_120 persona, run INSIDE the image (tier T2.5; tests/image/test_startup.py).
+
+This file is copied into a container and run by the image's Python as the image's user, without a GPU:
+
+    python startup_probe.py JOB.json        # prints one `SM120-JSON {...}` line: what SGLang did and decided
+
+It uses the standard library, the image's torch and the image's SGLang, nothing of this checkout. JOB.json:
+    {"persona": {name, capability, multi_processor_count, total_memory, free_memory, devices},
+     "workdir": "/tmp/...", "env": {...}, "tasks": ["registry", "server_args"], "modules": [...],
+     "cases": [{"id", "env", "argv"}]}
+
+Before SGLang is imported:
+- the CUDA driver stub (`stubs/libcuda.so`, soname libcuda.so.1) is linked as libcuda.so.1 in WORKDIR/lib, on
+  LD_LIBRARY_PATH, so that kernel libraries linked against the driver load (the process re-executes itself once
+  with that environment);
+- a stand-in `nvidia-smi` in WORKDIR/bin, first on PATH, answers `--query-gpu=memory.total|name|compute_cap
+  --format=csv,noheader[,nounits]` from the persona; anything else exits 9 and is logged;
+- torch.cuda's device queries answer from the persona (and count every question); a property of
+  get_device_properties() that the persona has no value for stops the check, naming it;
+- every torch.cuda entry point that would initialise CUDA, allocate device memory or launch work (_lazy_init,
+  which CUDA tensor allocation goes through, set_device, streams, events, graphs, synchronize, ...) raises
+  PersonaBoundary (a BaseException, so no `except Exception` in SGLang swallows it), naming the call and the
+  SGLang line that made it. It is recorded even if something swallows it.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+MARK = "SM120-JSON "
+READY = "SM120_PERSONA_READY"
+STUBS = ("/usr/local/cuda/lib64/stubs/libcuda.so", "/usr/local/cuda/targets/x86_64-linux/lib/stubs/libcuda.so")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# torch.cuda entry points that would initialise CUDA, allocate device memory or launch work.
+GUARDED = (
+    "_lazy_init",
+    "init",
+    "set_device",
+    "synchronize",
+    "current_stream",
+    "default_stream",
+    "set_stream",
+    "empty_cache",
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "reset_peak_memory_stats",
+    "get_rng_state",
+    "set_rng_state",
+    "ipc_collect",
+    "can_device_access_peer",
+)
+GUARDED_CLASSES = ("Stream", "Event", "CUDAGraph")
+
+# Top-level packages of kernel libraries (what `kernels` reports when SGLang imported them).
+KERNEL_PACKAGES = (
+    "sgl_kernel",
+    "flashinfer",
+    "flash_attn",
+    "flash_attn_2_cuda",
+    "deep_gemm",
+    "triton",
+    "tvm_ffi",
+    "cutlass",
+    "cuda",
+    "flash_mla",
+    "sglang.jit_kernel",
+)
+
+
+class PersonaBoundary(BaseException):
+    """SGLang reached a call the persona must not answer (it would need a real GPU)."""
+
+
+BOUNDARIES: list[dict[str, str]] = []
+ASKED: collections.Counter[str] = collections.Counter()
+
+
+def _where(frame: Any) -> tuple[str, str]:
+    """(the first SGLang frame outward from `frame`, the immediate caller), as `path:line (function)`."""
+    caller, sglang = None, None
+    while frame is not None:
+        code = frame.f_code
+        text = f"{_short(code.co_filename)}:{frame.f_lineno} ({code.co_name})"
+        if caller is None:
+            caller = text
+        if "/sglang/" in code.co_filename and "startup_probe" not in code.co_filename:
+            sglang = text
+            break
+        frame = frame.f_back
+    return sglang or "no SGLang frame", caller or "?"
+
+
+def _short(path: str) -> str:
+    marker = "site-packages/"
+    return path.split(marker, 1)[1] if marker in path else path
+
+
+def boundary(call: str) -> PersonaBoundary:
+    sglang, caller = _where(sys._getframe(2))
+    message = f"{call} would need a real GPU; reached from {sglang}" + (f" via {caller}" if caller != sglang else "")
+    BOUNDARIES.append({"call": call, "sglang_frame": sglang, "caller": caller})
+    return PersonaBoundary(message)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Staging: the driver stub and nvidia-smi, then re-execute with them on the search paths.
+# ---------------------------------------------------------------------------------------------------------------
+
+NVIDIA_SMI = r"""#!{python}
+# Stand-in nvidia-smi of the sm_120 persona (sm120/verify/startup_probe.py): answers from the persona only.
+import json, sys
+args = sys.argv[1:]
+persona = json.load(open({persona!r}))
+with open({log!r}, "a") as log:
+    log.write(json.dumps(args) + "\n")
+query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
+fmt = next((a.split("=", 1)[1] for a in args if a.startswith("--format=")), "")
+fields = {{
+    "memory.total": str(persona["total_memory"] >> 20) + ("" if "nounits" in fmt else " MiB"),
+    "name": persona["name"],
+    "compute_cap": "%d.%d" % tuple(persona["capability"]),
+}}
+if query is None or "csv" not in fmt or any(q.strip() not in fields for q in query.split(",")):
+    sys.stderr.write("sm_120 persona: no answer for nvidia-smi %s\n" % " ".join(args))
+    sys.exit(9)
+for _ in range(persona["devices"]):
+    print(", ".join(fields[q.strip()] for q in query.split(",")))
+"""
+
+
+def stage(job_file: Path, job: dict[str, Any]) -> None:
+    work = Path(job["workdir"])
+    (work / "bin").mkdir(parents=True, exist_ok=True)
+    (work / "lib").mkdir(parents=True, exist_ok=True)
+    stub = next((s for s in STUBS if Path(s).is_file()), None)
+    if stub is None:
+        emit({"error": f"no CUDA driver stub in the image (looked at {', '.join(STUBS)})"})
+        sys.exit(0)
+    link = work / "lib" / "libcuda.so.1"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(stub)
+    persona_file = work / "persona.json"
+    persona_file.write_text(json.dumps(job["persona"]))
+    smi = work / "bin" / "nvidia-smi"
+    smi.write_text(NVIDIA_SMI.format(python=sys.executable, persona=str(persona_file), log=str(work / "smi.log")))
+    smi.chmod(0o755)
+    env = dict(os.environ)
+    env.pop("SGLANG_DISABLE_CUDNN_CHECK", None)  # the cuDNN gate runs for real
+    env["PATH"] = f"{work / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(work / "lib"), env.get("LD_LIBRARY_PATH", "")) if p)
+    env.update(job.get("env", {}))  # the launch command's environment (the runtime rules), from the start
+    env[READY] = "1"
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), str(job_file)], env)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The persona in torch.cuda
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class DeviceProperties:
+    """What torch.cuda.get_device_properties() returns under the persona: its values, nothing more."""
+
+    _FIELDS = ("name", "major", "minor", "total_memory", "multi_processor_count")
+
+    def __init__(self, persona: dict[str, Any]) -> None:
+        self.name = persona["name"]
+        self.major, self.minor = persona["capability"]
+        self.total_memory = persona["total_memory"]
+        self.multi_processor_count = persona["multi_processor_count"]
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise boundary(f"torch.cuda.get_device_properties().{attr} (the persona has no value for it)")
+
+    def __repr__(self) -> str:
+        return (
+            f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory >> 20}MB, multi_processor_count={self.multi_processor_count})"
+        )
+
+
+def install(persona: dict[str, Any]) -> None:
+    import torch
+
+    cuda = torch.cuda
+    props = DeviceProperties(persona)
+    devices = persona["devices"]
+
+    def index(device: Any) -> int:
+        if device is None:
+            return 0
+        if isinstance(device, str):
+            device = torch.device(device)
+        if isinstance(device, torch.device):
+            if device.type != "cuda":
+                raise ValueError(f"Expected a cuda device, but got: {device}")
+            return 0 if device.index is None else device.index
+        idx = int(device)
+        if not 0 <= idx < devices:
+            raise AssertionError("Invalid device id")
+        return idx
+
+    def asked(name: str, value: Any) -> Any:
+        ASKED[name] += 1
+        return value
+
+    answers = {
+        "is_available": lambda: asked("is_available", True),
+        "device_count": lambda: asked("device_count", devices),
+        "current_device": lambda: asked("current_device", 0),
+        "get_device_name": lambda device=None: asked("get_device_name", (index(device), props.name)[1]),
+        "get_device_capability": lambda device=None: asked(
+            "get_device_capability", (index(device), (props.major, props.minor))[1]
+        ),
+        "get_device_properties": lambda device=None: asked("get_device_properties", (index(device), props)[1]),
+        "mem_get_info": lambda device=None: asked(
+            "mem_get_info", (index(device), (persona["free_memory"], persona["total_memory"]))[1]
+        ),
+    }
+    for name, fn in answers.items():
+        fn.__name__ = fn.__qualname__ = name
+        setattr(cuda, name, fn)
+
+    def guard(name: str) -> Any:
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            raise boundary(f"torch.cuda.{name}")
+
+        guarded.__name__ = name
+        return guarded
+
+    for name in GUARDED:
+        if hasattr(cuda, name):
+            setattr(cuda, name, guard(name))
+    for name in GUARDED_CLASSES:
+        klass = getattr(cuda, name, None)
+        if isinstance(klass, type):
+
+            def new(cls: type, *args: Any, _name: str = name, **kwargs: Any) -> Any:
+                raise boundary(f"torch.cuda.{_name}()")
+
+            klass.__new__ = new  # type: ignore[method-assign]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What SGLang did
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    """An exception as data: type, one-line message, the innermost SGLang frame, and for an import failure the
+    innermost SGLang module whose top-level code raised, with its line (the import statement)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    sglang = [f for f in frames if "/sglang/" in f.filename and "startup_probe" not in f.filename]
+    module_level = [f for f in sglang if f.name == "<module>"]
+    innermost = module_level[-1] if module_level else None
+    out: dict[str, Any] = {
+        "type": type(exc).__name__,
+        "message": " ".join(ANSI.sub("", str(exc)).split())[:1500],
+        "sglang_frame": f"{_short(sglang[-1].filename)}:{sglang[-1].lineno} ({sglang[-1].name})" if sglang else None,
+        "missing": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
+    }
+    if innermost is not None:
+        out["module"] = _module_name(innermost.filename)
+        out["line"] = innermost.lineno
+        out["statement"] = (innermost.line or "").strip()
+    return out
+
+
+def _module_name(path: str) -> str:
+    rel = _short(path)
+    return rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def platform_flags() -> dict[str, Any]:
+    """SGLang's own view of the device under the persona (whichever of these helpers the release has)."""
+    out: dict[str, Any] = {}
+    try:
+        from sglang.srt import utils
+    except BaseException as exc:  # reported, not hidden
+        return {"error": failure(exc)}
+    for name in ("is_cuda", "is_sm120_supported", "is_blackwell_supported", "is_sm100_supported", "is_sm90_supported"):
+        fn = getattr(utils, name, None)
+        if callable(fn):
+            try:
+                out[name] = bool(fn())
+            except BaseException as exc:
+                out[name] = f"raised {type(exc).__name__}: {exc}"
+    return out
+
+
+def kernels_loaded() -> dict[str, str]:
+    found = {}
+    for name in KERNEL_PACKAGES:
+        mod = sys.modules.get(name)
+        if mod is not None:
+            found[name] = str(getattr(mod, "__version__", "") or getattr(mod, "__file__", "") or "")
+    return found
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.name}: {' '.join(ANSI.sub('', record.getMessage()).split())[:600]}")
+
+
+def task_registry(job: dict[str, Any]) -> dict[str, Any]:
+    handler = Records()
+    logging.getLogger().addHandler(handler)
+    out: dict[str, Any] = {"platform": platform_flags()}
+    try:
+        from sglang.srt.models.registry import ModelRegistry
+
+        archs = sorted(ModelRegistry.get_supported_archs())
+        out["archs"] = archs
+    except BaseException as exc:
+        out["error"] = failure(exc)
+        archs = []
+    dropped = {}
+    for line in handler.lines:
+        match = re.search(r"Ignore import error when loading (sglang\.srt\.models\.[\w.]+): (.*)", line)
+        if match:
+            dropped[match.group(1)] = match.group(2)
+    out["dropped"] = {}
+    for module in sorted(dropped):  # import again, apart, for the traceback the registry's warning leaves out
+        try:
+            importlib.import_module(module)
+            out["dropped"][module] = {"message": dropped[module], "reimport": "succeeded"}
+        except BaseException as exc:
+            out["dropped"][module] = failure(exc)
+    out["entry_classes"] = _entry_classes(dropped)
+    out["eagle3_in_source"] = _eagle3_in_source()
+    out["modules"] = {}
+    for module in job.get("modules", []):  # start-up modules beyond the models (item: kernel libraries)
+        try:
+            importlib.import_module(module)
+            out["modules"][module] = None
+        except ModuleNotFoundError as exc:
+            out["modules"][module] = None if exc.name == module else failure(exc)
+        except BaseException as exc:
+            out["modules"][module] = failure(exc)
+    out["kernels"] = kernels_loaded()
+    out["warnings"] = handler.lines[-50:]
+    logging.getLogger().removeHandler(handler)
+    return out
+
+
+def _entry_classes(modules: dict[str, str]) -> dict[str, list[str]]:
+    """module -> the class names its EntryClass names (read from the source: the module did not import)."""
+    out = {}
+    for module in modules:
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.origin:
+            continue
+        text = Path(spec.origin).read_text(encoding="utf-8", errors="replace")
+        match = re.search(r"^EntryClass\s*=\s*(\[[^\]]*\]|\([^)]*\)|\w+)", text, re.M)
+        if match:
+            out[module] = re.findall(r"[A-Za-z_]\w*", match.group(1))
+    return out
+
+
+def _eagle3_in_source() -> list[str]:
+    """Every EAGLE-3 drafter class that SGLang's model files name in an EntryClass (what the entrypoint accepts)."""
+    spec = importlib.util.find_spec("sglang.srt.models")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    names: set[str] = set()
+    for path in Path(next(iter(spec.submodule_search_locations))).glob("*.py"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for match in re.finditer(r"^EntryClass\s*=\s*(\[[^\]]*\]|\([^)]*\)|\w+)", text, re.M):
+            names.update(n for n in re.findall(r"[A-Za-z_]\w*", match.group(1)) if "Eagle3" in n)
+    return sorted(names)
+
+
+def field_names(server_args: Any) -> list[str]:
+    """ServerArgs' fields: the dataclass's (0.5.9), else the record's own attributes (newer releases)."""
+    if dataclasses.is_dataclass(server_args):
+        return [f.name for f in dataclasses.fields(server_args)]
+    return sorted(k for k in vars(server_args) if not k.startswith("_"))
+
+
+def _jsonable(value: Any) -> bool:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(v is None or isinstance(v, (str, int, float, bool)) for v in value)
+    return False
+
+
+def settings(view: Any, names: list[str]) -> dict[str, Any]:
+    out = {}
+    for name in names:
+        try:
+            value = getattr(view, name)
+        except BaseException:  # a field that cannot be resolved is left out
+            continue
+        if _jsonable(value):
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def task_server_args(job: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {"torch": torch.__version__, "platform": platform_flags(), "cases": {}}
+    try:
+        out["cudnn"] = torch.backends.cudnn.version()
+    except BaseException as exc:
+        out["cudnn"] = f"raised {type(exc).__name__}: {exc}"
+    from sglang.srt.server_args import prepare_server_args
+
+    for case in job["cases"]:
+        os.environ.update(case["env"])
+        before = len(BOUNDARIES)
+        rec: dict[str, Any] = {}
+        try:
+            server_args = prepare_server_args(case["argv"])
+            view = server_args
+            if hasattr(server_args, "resolve_once"):  # newer releases decide in a resolution pass
+                server_args.resolve_once()
+                from sglang.srt.arg_groups.overrides import resolving_view
+
+                view = resolving_view(server_args)
+            rec["settings"] = settings(view, field_names(server_args))
+        except BaseException as exc:  # SGLang's own refusal is the finding
+            rec["error"] = failure(exc)
+        if "settings" in rec:
+            try:
+                launch_checks(server_args)
+            except BaseException as exc:  # refused after deciding: the decisions are still reported
+                rec["error"] = failure(exc)
+            rec["runners"] = runners(server_args)
+        rec["boundaries"] = BOUNDARIES[before:]
+        out["cases"][case["id"]] = rec
+    out["deep_gemm"] = _deep_gemm()
+    return out
+
+
+def launch_checks(server_args: Any) -> None:
+    """What the server does with the settings before it starts its scheduler processes, in its order
+    (entrypoints/engine.py _launch_subprocesses): the environment and version checks, then check_server_args()
+    (the cuDNN gate of 0.5.9 is there)."""
+    engine = importlib.import_module("sglang.srt.entrypoints.engine")
+    set_envs = getattr(engine, "_set_envs_and_config", None)
+    if set_envs is not None:
+        set_envs(server_args)
+    check = getattr(server_args, "check_server_args", None)
+    if check is not None:
+        check()
+
+
+def runners(server_args: Any) -> dict[str, Any]:
+    """The MoE / FP8 / FP4 GEMM runners as the scheduler resolves them at start (Scheduler.init_moe_gemm_config,
+    SGLang's own code, on the model config SGLang builds from the server args)."""
+    import types
+
+    try:
+        from sglang.srt.configs.model_config import ModelConfig
+        from sglang.srt.managers.scheduler import Scheduler
+
+        setter = None
+        for name in ("set_global_server_args_for_scheduler", "set_global_server_args"):
+            setter = setter or getattr(importlib.import_module("sglang.srt.server_args"), name, None)
+        if setter is not None:
+            setter(server_args)
+        model_config = ModelConfig.from_server_args(server_args)
+        holder = types.SimpleNamespace(server_args=server_args, model_config=model_config)
+        Scheduler.init_moe_gemm_config(holder)
+    except BaseException as exc:
+        return {"error": failure(exc)}
+    out: dict[str, Any] = {"quantization": getattr(model_config, "quantization", None)}
+    try:  # the model loader's first step (model_loader/loader.py): JSON and the device's capability, no weights
+        from sglang.srt.configs.load_config import LoadConfig
+        from sglang.srt.model_loader.loader import _get_quantization_config
+
+        quant_config = _get_quantization_config(model_config, LoadConfig())
+        out["quant_config"] = type(quant_config).__name__ if quant_config is not None else None
+    except BaseException as exc:
+        out["load_error"] = failure(exc)
+    for key, module, getter in (
+        ("moe_runner", "sglang.srt.layers.moe.utils", "get_moe_runner_backend"),
+        ("fp4_gemm_runner", "sglang.srt.layers.quantization.fp4_utils", "get_fp4_gemm_runner_backend"),
+        ("fp8_gemm_runner", "sglang.srt.layers.quantization.fp8_utils", "get_fp8_gemm_runner_backend"),
+    ):
+        try:
+            value = getattr(importlib.import_module(module), getter)()
+            out[key] = getattr(value, "value", str(value))
+        except BaseException as exc:
+            out[key] = f"? ({type(exc).__name__}: {exc})"[:200]
+    return out
+
+
+def _deep_gemm() -> dict[str, Any]:
+    """SGLang's DeepGEMM decision (module-level, from SGLANG_ENABLE_JIT_DEEPGEMM and the device)."""
+    try:
+        configurer = importlib.import_module("sglang.srt.layers.deep_gemm_wrapper.configurer")
+    except BaseException as exc:
+        return {"error": failure(exc)}
+    return {k: v for k, v in vars(configurer).items() if k.isupper() and isinstance(v, (bool, int, str))}
+
+
+def emit(obj: Any) -> None:
+    print(MARK + json.dumps(obj, default=str), flush=True)
+
+
+def main(argv: list[str]) -> int:
+    job_file = Path(argv[1])
+    job = json.loads(job_file.read_text())
+    if os.environ.get(READY) != "1":
+        stage(job_file, job)
+    result: dict[str, Any] = {}
+    try:
+        install(job["persona"])
+        for task in job["tasks"]:
+            result[task] = {"registry": task_registry, "server_args": task_server_args}[task](job)
+    except BaseException as exc:  # whatever stopped it is the finding
+        result["error"] = failure(exc)
+    result["asked"] = dict(ASKED)
+    result["boundaries_all"] = BOUNDARIES
+    smi_log = Path(job["workdir"]) / "smi.log"
+    result["nvidia_smi"] = [json.loads(x) for x in smi_log.read_text().splitlines()] if smi_log.is_file() else []
+    emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,258 @@
+"""T2.5 start-up: SGLang's own start-up path in the image, as the image's user, without a GPU, on an sm_120 persona.
+
+Inside a container of the image, sm120/verify/startup_probe.py makes torch.cuda answer as the cards of
+sm120/verify/personas.toml (an RTX PRO 6000 Blackwell, capability 12.0; eight of them for TP 8), links the CUDA
+driver stub as libcuda.so.1 and puts a stand-in nvidia-smi on PATH, then runs SGLang's real code:
+
+- the model registry (every model module imported with the CUDA paths taken): the supported architectures and
+  every EAGLE-3 drafter class the entrypoint accepts are registered; a class dropped by an import error names it;
+- the start-up modules (scheduler, model runner, EAGLE worker, attention and MoE layers) import: a kernel library
+  imported at module level that does not load names the SGLang module and line that imports it;
+- for Kimi-K2.5 NVFP4 and DeepSeek-V3 (config.json written here, no weights), baseline and eagle3: the command
+  the image's entrypoint prints (`--dry-run`, TP 8, the sm_120 runtime rules) goes through SGLang's own
+  `prepare_server_args` (ServerArgs and its post-init), the server's launch checks (`_set_envs_and_config`,
+  `check_server_args`: the cuDNN gate, never disabled), the scheduler's MoE/GEMM runner set-up and the model
+  loader's quantization step (`_get_quantization_config`: JSON and the device's capability, no weights); what
+  SGLang decided is the decision table of the report, and a decision that lands on an sm_120 trap
+  (build.toml [[sm120_traps]]) fails, naming the option to set.
+
+One probe process per launch environment does all of it, as the image's user, in the `box` container; only the
+cases and the registry that the selected checks need are run (`-k`). SM120_PERSONA=rtx-5090 picks the other card.
+
+Nothing here launches a kernel or allocates device memory: such a call stops the probe and is named with the
+SGLang line that made it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sm120 import config as cfg
+from sm120.verify import docker_env, persona, startup
+from tests.image.conftest import REPORT, last_json
+
+WORK = "/tmp/sm120-startup"
+MODELS = f"{WORK}/models"
+PROBE = Path(startup.__file__).with_name("startup_probe.py")
+DEVICES = 8  # TP 8: the reference run's eight cards
+CASES = [f"{family.key}/{mode}" for family in startup.FAMILIES for mode in startup.MODES]
+
+
+@pytest.fixture(scope="module")
+def card() -> persona.Persona:
+    chosen = persona.load().get(os.environ.get("SM120_PERSONA") or None)  # personas.toml: default rtx-pro-6000
+    major, minor = chosen.capability.value
+    REPORT.startup["persona"] = f"{chosen.name.value} x{DEVICES} (capability {major}.{minor})"
+    return chosen
+
+
+@pytest.fixture(scope="module")
+def staged(box, image_uid) -> str:
+    """The probe and the model directories, copied into the container (owned by the image's user)."""
+    files: dict[str, bytes | str] = {"startup_probe.py": PROBE.read_bytes()}
+    files.update({name: text for name, text in startup.model_files("models").items()})
+    docker_env.copy_in(box, {f"sm120-startup/{k}": v for k, v in files.items()}, "/tmp", uid=image_uid)
+    return WORK
+
+
+@pytest.fixture(scope="module")
+def probe(box, image, host, image_uid, staged, card) -> Callable[..., dict[str, Any]]:
+    """probe(name, **job): run the probe as the image's user with a job file; returns what it reported."""
+
+    def _probe(name: str, **job: Any) -> dict[str, Any]:
+        body = {"persona": card.answers(DEVICES), "workdir": f"{WORK}/{name}", **job}
+        docker_env.copy_in(box, {f"sm120-startup/{name}.json": json.dumps(body)}, "/tmp", uid=image_uid)
+        started = time.monotonic()
+        result = host.run(f"{shlex.quote(image.python)} {WORK}/startup_probe.py {WORK}/{name}.json")
+        found = last_json(result.stdout)
+        if found is None:
+            tail = " | ".join([ln for ln in result.stderr.strip().splitlines() if ln.strip()][-4:])
+            pytest.fail(f"the start-up probe reported nothing, exit {result.rc}: {tail}", pytrace=False)
+        found["seconds"] = round(time.monotonic() - started, 1)
+        return found
+
+    return _probe
+
+
+def _dry_run(box, image, mode: str, family: startup.Family) -> tuple[dict[str, str], list[str]]:
+    env = {"TINI_SUBREAPER": "1", "TP_SIZE": str(DEVICES), "MODEL_PATH": f"{MODELS}/{family.key}/target"}
+    if mode == "eagle3":
+        env["DRAFT_MODEL_PATH"] = f"{MODELS}/{family.key}/draft"
+    result = box.exec_run([*image.entrypoint, mode, "--dry-run"], environment=env, demux=True)
+    stdout, stderr = (part.decode(errors="replace") if part else "" for part in result.output)
+    if result.exit_code != 0:
+        pytest.fail(f"{family.key}: `{mode} --dry-run` exited {result.exit_code}: {stderr.strip()[-400:]}", False)
+    lines = [line for line in stdout.strip().splitlines() if line.strip()]
+    return startup.split_command(shlex.split(lines[-1]))
+
+
+def _selected(request: pytest.FixtureRequest) -> tuple[set[str], bool]:
+    """(the cases, whether the registry) that the selected checks of this module need (`-k` keeps runs short)."""
+    items = [i for i in request.session.items if i.module is request.module]
+    cases = {i.callspec.params["case"] for i in items if hasattr(i, "callspec") and "case" in i.callspec.params}
+    return cases, any("registry" in i.fixturenames for i in items)
+
+
+@pytest.fixture(scope="module")
+def commands(request, box, image, staged) -> dict[str, tuple[dict[str, str], list[str]]]:
+    """case -> (env, SGLang arguments) of the command the image's entrypoint prints (`--dry-run`, TP 8), for
+    the selected cases, at once (each runs SGLang's parser in the image: seconds of CPU)."""
+    wanted, _ = _selected(request)
+    jobs = {f"{f.key}/{m}": (m, f) for f in startup.FAMILIES for m in startup.MODES if f"{f.key}/{m}" in wanted}
+    if not jobs:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {case: pool.submit(_dry_run, box, image, mode, family) for case, (mode, family) in jobs.items()}
+        found = {case: future.result() for case, future in futures.items()}
+    REPORT.startup["commands"] = {
+        case: shlex.join([*(f"{k}={v}" for k, v in env.items()), *argv]) for case, (env, argv) in found.items()
+    }
+    return found
+
+
+@pytest.fixture(scope="module")
+def run(request, probe, commands) -> dict[str, Any]:
+    """One probe per distinct environment of the commands (one for both tracks' rules today): the first also
+    imports the registry and the start-up modules, in the same process, as the server would."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for case, (env, argv) in commands.items():
+        groups.setdefault(json.dumps(env, sort_keys=True), []).append({"id": case, "env": env, "argv": argv})
+    _, with_registry = _selected(request)
+    if not groups:
+        groups["{}"] = []
+    merged: dict[str, Any] = {"registry": None, "cases": {}, "seconds": 0.0, "boundaries_all": []}
+    for i, cases in enumerate(groups.values()):
+        tasks = (["registry"] if i == 0 and with_registry else []) + (["server_args"] if cases else [])
+        env = cases[0]["env"] if cases else {}
+        found = probe(f"run-{i}", env=env, tasks=tasks, modules=list(startup.START_UP_MODULES), cases=cases)
+        merged["seconds"] += found["seconds"]
+        merged["boundaries_all"] += found.get("boundaries_all", [])
+        if "error" in found:
+            merged.setdefault("error", found["error"])
+        for key in ("asked", "nvidia_smi"):
+            merged.setdefault(key, found.get(key))
+        if i == 0:
+            merged["registry"] = found.get("registry") or {}
+        args = found.get("server_args") or {}
+        for key in ("torch", "cudnn", "platform"):
+            if key in args:
+                merged.setdefault(key, args[key])
+        for case_id, rec in args.get("cases", {}).items():
+            rec["deep_gemm"] = args.get("deep_gemm", {})
+            merged["cases"][case_id] = rec
+    reg = merged["registry"] or {}
+    REPORT.startup.update(
+        platform=reg.get("platform", {}),
+        kernels=reg.get("kernels", {}),
+        cudnn=merged.get("cudnn"),
+        decisions={cid: startup.decisions(rec) for cid, rec in merged["cases"].items() if "settings" in rec},
+        refused={cid: why for cid, rec in merged["cases"].items() if (why := startup.refusal(rec))},
+        seconds=round(merged["seconds"], 1),
+        asked=merged.get("asked") or {},
+        nvidia_smi=merged.get("nvidia_smi") or [],
+    )
+    return merged
+
+
+@pytest.fixture(scope="module")
+def registry(run) -> dict[str, Any]:
+    if "error" in run and not run["registry"]:
+        pytest.fail(f"the start-up probe stopped: {startup.describe_failure(run['error'])}", pytrace=False)
+    return {**run["registry"], "asked": run.get("asked") or {}, "boundaries_all": run["boundaries_all"]}
+
+
+@pytest.fixture(scope="module")
+def server_args(run) -> dict[str, Any]:
+    return run
+
+
+def _boundaries(found: dict[str, Any]) -> list[str]:
+    return [f"{b['call']} from {b['sglang_frame']}" for b in found.get("boundaries_all", [])]
+
+
+def test_torch_answers_as_the_sm120_persona(registry, card):
+    """SGLang sees a CUDA device of capability 12.0 (is_cuda() true), and no GPU call was reached on the way."""
+    assert "error" not in registry, f"the registry import stopped: {startup.describe_failure(registry['error'])}"
+    platform = registry["platform"]
+    assert platform.get("is_cuda") is True, f"SGLang's is_cuda() under the persona: {platform}"
+    if "is_sm120_supported" in platform:
+        assert platform["is_sm120_supported"] is True, platform
+    assert platform.get("is_sm100_supported") in (None, False), platform
+    assert registry["asked"].get("get_device_capability"), f"SGLang never asked the capability: {registry['asked']}"
+    assert not _boundaries(registry), f"the import path reached calls that need a GPU: {_boundaries(registry)}"
+
+
+def _supported(registry: dict[str, Any]) -> list[str]:
+    return [*startup.SUPPORTED, *registry.get("eagle3_in_source", [])]
+
+
+def test_the_registry_registers_every_supported_architecture(registry):
+    archs = set(registry.get("archs") or [])
+    assert archs, f"the model registry is empty: {registry.get('error')}"
+    missing = [arch for arch in _supported(registry) if arch not in archs]
+    why = []
+    for arch in missing:
+        module = next((m for m, names in registry.get("entry_classes", {}).items() if arch in names), None)
+        failure = registry.get("dropped", {}).get(module) if module else None
+        why.append(f"{arch}: " + (startup.describe_failure(failure) if failure else "not in any model module"))
+    if missing:
+        pytest.fail("SGLang's model registry dropped " + "; ".join(why), pytrace=False)
+    assert any(startup.EAGLE3_MARK in a for a in registry.get("eagle3_in_source", [])), "no EAGLE-3 drafter class"
+
+
+def test_kernel_libraries_imported_at_module_level_load(registry):
+    """Each SGLang module that fails to import under the persona because of a kernel library is named."""
+    failures = {**registry.get("dropped", {}), **{m: f for m, f in registry.get("modules", {}).items() if f}}
+    broken = {m: f for m, f in failures.items() if isinstance(f, dict) and startup.kernel_library(f)}
+    causes: dict[str, list[str]] = {}  # one line per cause: the library, the importing module and line
+    for module, failure in sorted(broken.items()):
+        cause = f"{startup.kernel_library(failure)} (imported by {startup.describe_failure(failure)})"
+        causes.setdefault(cause, []).append(module.rsplit(".", 1)[-1])
+    if causes:
+        lines = [f"{cause}: {len(mods)} module(s) fail, {', '.join(mods[:8])}" for cause, mods in causes.items()]
+        pytest.fail("kernel libraries that SGLang imports on CUDA do not load: " + " | ".join(lines), pytrace=False)
+    others = {m: f for m, f in failures.items() if f and m not in broken and isinstance(f, dict) and "type" in f}
+    for module, failure in others.items():
+        REPORT.warnings.append(f"start-up: {module} does not import: {startup.describe_failure(failure)}")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_sglang_accepts_the_entrypoints_command(case: str, server_args):
+    """SGLang's own ServerArgs and post-init checks, the server's launch checks (the cuDNN gate included), the
+    scheduler's runner set-up and the model loader's quantization step: every refusal is named."""
+    assert "error" not in server_args, f"the probe stopped: {startup.describe_failure(server_args['error'])}"
+    rec = server_args["cases"].get(case)
+    assert rec is not None, f"{case} was not run"
+    runners = rec.get("runners", {})
+    problems = []
+    if "error" in rec:
+        problems.append(f"SGLang refused to start: {startup.describe_failure(rec['error'])}")
+    if rec.get("boundaries"):
+        problems.append(f"start-up reached calls that need a GPU: {rec['boundaries']}")
+    if "load_error" in runners:
+        why = startup.describe_failure(runners["load_error"])
+        problems.append(f"SGLang's model loader refuses the checkpoint's quantization: {why}")
+    if problems:
+        pytest.fail(f"{case}: " + " || ".join(problems), pytrace=False)
+    if "error" in runners:  # the scheduler's set-up differs between releases: what it could not tell is `?`
+        why = startup.describe_failure(runners["error"])
+        REPORT.warnings.append(f"start-up {case}: the scheduler's runner set-up: {why}")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_decision_lands_on_an_sm120_trap(case: str, server_args, expect):
+    rec = server_args["cases"].get(case) or {}
+    if "settings" not in rec:
+        pytest.skip(f"{case}: SGLang made no decisions (see test_sglang_accepts_the_entrypoints_command)")
+    traps = cfg.load().sm120_traps
+    hits = startup.trap_hits(traps, expect.sglang, {case: startup.decisions(rec)})
+    assert not hits, " | ".join(hit.message(expect.sglang) for hit in hits)

@@ -1,0 +1,146 @@
+"""T2.5 meta-tests: the start-up check (tests/image/test_startup.py) fails `build.py verify`, naming the cause, on
+images derived from SM120_IMAGE that carry one known defect each:
+
+- cuDNN 9.10 with torch 2.9.1: SGLang 0.5.9's cuDNN gate refuses every multimodal model (Kimi-K2.5). The derived
+  image gets cuDNN 9.10.2.21's `libcudnn.so.9` (the shim torch loads) and `libcudnn_graph.so.9` (which answers
+  cudnnGetVersion(), what torch.backends.cudnn.version() reports) in place of the image's own: one 4.5 MB layer.
+  The other cuDNN libraries (engines, 1 GB) stay as they are: the gate reads the version, nothing runs. The two
+  files are fetched from PyPI's nvidia-cudnn-cu12 9.10.2.21 wheel with HTTP range requests (remotezip: the
+  wheel's index and those members, 1.4 MB, not its 707 MB), checked against the sha256 in the wheel's own
+  RECORD, and cached under ~/.cache/sglang-sm120.
+- no `sgl_kernel/flash_ops`: SGLang's vision attention imports sgl_kernel.flash_attn at module level on CUDA, so
+  Kimi-K2.5 drops out of the model registry. The derived image removes the file (one layer with its whiteout).
+
+Each derived image is the image plus one layer, loaded with `docker load` in well under a second
+(tests/image_meta/derive.py): no container is started or committed.
+
+    SM120_IMAGE=sglang-sm120:0.5.9-cu13.0.1-offline pytest -m image tests/image_meta/test_startup_meta.py
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from packaging.version import Version
+
+from sm120.verify import docker_env, labels
+from tests.helpers import run_build_py
+from tests.image_meta.derive import derive
+
+IMAGE = os.environ.get("SM120_IMAGE", "").strip()
+pytestmark = [pytest.mark.image, pytest.mark.docker]
+needs_image = pytest.mark.skipif(not IMAGE, reason="set SM120_IMAGE=TAG (an image made by build.py build)")
+
+CUDNN_OLD = "9.10.2.21"  # what PyPI's torch 2.9.1 brings; SGLang 0.5.9 wants >= 9.15
+CUDNN_WHEEL = f"nvidia_cudnn_cu12-{CUDNN_OLD}-py3-none-manylinux_2_27_x86_64.whl"
+CUDNN_MEMBERS = ("libcudnn.so.9", "libcudnn_graph.so.9")  # under nvidia/cudnn/lib/ in the wheel
+SIMPLE = "https://pypi.org/simple/nvidia-cudnn-cu12/"
+
+
+@pytest.fixture(scope="module")
+def dc():
+    try:
+        return docker_env.client()
+    except docker_env.DockerUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def derived(dc) -> Iterator:
+    """derived(add={path: (bytes, mode)}, remove=[paths]) -> the tag of SM120_IMAGE plus that one layer."""
+    made: list[str] = []
+
+    def make(**change) -> str:
+        tag = derive(dc, IMAGE, f"sm120-verify-test:startup-{uuid.uuid4().hex[:8]}", **change)
+        made.append(tag)
+        return tag
+
+    yield make
+    for tag in made:
+        dc.images.remove(tag, force=True)
+
+
+def left_by(dc, tag: str) -> list[str]:
+    """Containers of any verify run started from `tag` (other runs on this engine are not this test's)."""
+    image_id = dc.images.get(tag).id
+    return [(c.get("Names") or [c["Id"]])[0] for c in docker_env.run_containers(dc) if c.get("ImageID") == image_id]
+
+
+def in_image(dc, command: str) -> str:
+    """stdout of `sh -c command` in a throw-away container of the image (no network, removed)."""
+    out = dc.containers.run(IMAGE, entrypoint=["sh", "-c", command], network_mode="none", remove=True, user="root")
+    return out.decode().strip()
+
+
+def old_cudnn_libraries() -> dict[str, bytes]:
+    """cuDNN 9.10.2.21's shim and graph libraries (file name -> content), from PyPI's wheel by range requests,
+    each verified against the wheel's RECORD."""
+    from remotezip import RemoteZip
+
+    cache = Path(os.environ.get("SGLANG_SM120_CACHE", "~/.cache/sglang-sm120")).expanduser() / "cudnn" / CUDNN_OLD
+    if all((cache / name).is_file() for name in CUDNN_MEMBERS):
+        return {name: (cache / name).read_bytes() for name in CUDNN_MEMBERS}
+    try:
+        index = requests.get(SIMPLE, headers={"Accept": "application/vnd.pypi.simple.v1+json"}, timeout=(10, 60))
+        url = next(f["url"] for f in index.json()["files"] if f["filename"] == CUDNN_WHEEL)
+        with RemoteZip(url) as wheel:
+            record = wheel.read(f"nvidia_cudnn_cu12-{CUDNN_OLD}.dist-info/RECORD").decode().splitlines()
+            found = {name: wheel.read(f"nvidia/cudnn/lib/{name}") for name in CUDNN_MEMBERS}
+    except (requests.RequestException, StopIteration, KeyError, ValueError) as exc:
+        pytest.skip(f"cannot fetch cuDNN {CUDNN_OLD}'s libraries ({CUDNN_WHEEL}): {type(exc).__name__}: {exc}")
+    cache.mkdir(parents=True, exist_ok=True)
+    for name, data in found.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        assert f"nvidia/cudnn/lib/{name},sha256={digest},{len(data)}" in record, f"{name} differs from the RECORD"
+        (cache / name).write_bytes(data)
+    return found
+
+
+def _verify(tag: str, select: str) -> tuple[int, str, str, float]:
+    started = time.monotonic()
+    proc = run_build_py("verify", "--image", tag, "-k", select)
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started
+
+
+@needs_image
+def test_cudnn_older_than_9_15_with_torch_2_9_1_fails_verify_naming_the_gate(dc, derived):
+    expect = labels.parse(dc.images.get(IMAGE).labels)
+    if Version(expect.torch).release[:3] != (2, 9, 1):
+        pytest.skip(f"SGLang's cuDNN gate is for torch 2.9.1 only; {IMAGE} has torch {expect.torch}")
+    found = in_image(dc, "find /opt/venv -name libcudnn.so.9 -path '*nvidia*' | head -1")
+    assert found, f"{IMAGE} has no libcudnn.so.9 under /opt/venv (torch {expect.torch} loads cuDNN from a wheel)"
+    lib_dir = found.rsplit("/", 1)[0]
+    tag = derived(add={f"{lib_dir}/{name}": (data, 0o755) for name, data in old_cudnn_libraries().items()})
+    rc, stdout, stderr, took = _verify(tag, "test_sglang_accepts_the_entrypoints_command and kimi and baseline")
+    assert rc == 1, (stdout + stderr)[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert "test_startup::test_sglang_accepts_the_entrypoints_command[kimi-k25-nvfp4/" in last, last
+    assert "CuDNN 9.10" in stdout and "nvidia-cudnn-cu12==9.16.0.29" in stdout, stdout[-2000:]
+    assert "Traceback" not in stderr
+    assert not left_by(dc, tag)
+    print(f"verify on the cuDNN {CUDNN_OLD} image: {took:.0f} s")
+
+
+@needs_image
+def test_an_image_without_flash_ops_fails_verify_naming_the_importing_module(dc, derived):
+    found = in_image(dc, "find /opt/venv -path '*/sgl_kernel/flash_ops*.so' | head -1")
+    # Without it already (a source build of sgl-kernel without FA3), the image itself is the case.
+    tag = derived(remove=[found]) if found else IMAGE
+    rc, stdout, stderr, took = _verify(tag, "test_the_registry_registers or test_kernel_libraries_imported")
+    assert rc == 1, (stdout + stderr)[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert "test_startup::test_the_registry_registers_every_supported_architecture" in last, last
+    assert "test_startup::test_kernel_libraries_imported_at_module_level_load" in last, last
+    assert "KimiK25ForConditionalGeneration: sglang.srt.layers.attention.vision line" in stdout, stdout[-3000:]
+    assert "sgl_kernel (imported by sglang.srt.layers.attention.vision line" in stdout, stdout[-3000:]
+    assert "from sgl_kernel.flash_attn import" in stdout
+    assert not left_by(dc, tag)
+    print(f"verify on the image without flash_ops: {took:.0f} s")
