@@ -74,7 +74,7 @@ def access_hint(path: Path) -> str:
     )
 
 
-def _blocked(path: Path) -> Path:
+def first_blocked(path: Path) -> Path:
     """The first directory on the way to path (path included) that this user cannot enter."""
     full = Path(os.path.abspath(path))
     for probe in [*reversed(full.parents), full]:
@@ -91,7 +91,7 @@ def _exists(path: Path, item: Item) -> bool:
     except NotADirectoryError:
         return False
     except PermissionError:
-        raise UsageError(f"{item.label()}: {access_hint(_blocked(path))}") from None
+        raise UsageError(f"{item.label()}: {access_hint(first_blocked(path))}") from None
     except OSError as exc:  # a loop of links, a name too long
         raise UsageError(f"{item.label()}: cannot be read ({exc.strerror or exc})") from None
     return True

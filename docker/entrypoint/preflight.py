@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .errors import Log, UsageError, show
 from .invocation import program_on_path
+from .models import first_blocked
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 SHM_WARN_BYTES = 1 << 30  # 1 GiB
@@ -187,7 +188,7 @@ def _writable(directory: Path) -> str | None:
             st = os.stat(probe)
             break
         except PermissionError:
-            return f"cannot enter {_blocked(probe)}"
+            return f"cannot enter {first_blocked(probe)}"
         except OSError:  # missing (or a broken link): SGLang's libraries create it under the nearest parent
             if probe == probe.parent:
                 return f"{probe}: no such directory"
@@ -201,14 +202,6 @@ def _writable(directory: Path) -> str | None:
     os.close(fd)
     os.unlink(name)
     return None
-
-
-def _blocked(path: Path) -> Path:
-    full = Path(os.path.abspath(path))
-    for probe in [*reversed(full.parents), full]:
-        if not os.access(probe, os.X_OK):
-            return probe
-    return full
 
 
 def check_caches(cache_dir: str, environ: Mapping[str, str], log: Log) -> None:
