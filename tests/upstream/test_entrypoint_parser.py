@@ -76,6 +76,7 @@ OPTIONS = [
     "--port",
     "--moe-runner-backend",
     "--enable-torch-symm-mem",
+    "--quantization",
 ]
 
 
@@ -109,9 +110,16 @@ def test_eagle3_as_the_image_ships_it(sglang_python, env, patched_tree, run_snip
     assert parsed["--speculative-draft-model-path"] == env["DRAFT_MODEL_PATH"]
     # The patched release has the torch-symm-mem-sm120 change: the rule applies (TP 8, one node).
     assert parsed["--enable-torch-symm-mem"] is True
-    # The NVFP4 rule exists on 0.5.23 only; DeepGEMM's JIT is turned off on 0.5.9 only.
-    nvfp4_rule = any("nvfp4" in r.conditions for r in CONFIG.tracks[version].runtime)
-    assert parsed["--moe-runner-backend"] == ("flashinfer_cutlass" if nvfp4_rule else "auto")
+    # The NVFP4 rules (0.5.9: the quantization; 0.5.23: the MoE runner) as build.toml writes them; DeepGEMM's JIT
+    # is turned off on 0.5.9 only.
+    nvfp4 = [a for r in CONFIG.tracks[version].runtime if "nvfp4" in r.conditions for a in r.args]
+
+    def wanted(option: str, default: str | None) -> str | None:
+        return nvfp4[nvfp4.index(option) + 1] if option in nvfp4 else default
+
+    assert parsed["--moe-runner-backend"] == wanted("--moe-runner-backend", "auto")
+    if "--quantization" in nvfp4:
+        assert parsed["--quantization"] == wanted("--quantization", None)
     assert ("SGLANG_ENABLE_JIT_DEEPGEMM=0" in proc.stdout.splitlines()[-1]) == (version == "0.5.9")
 
 
