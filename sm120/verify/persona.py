@@ -58,6 +58,7 @@ class Persona(_Strict):
     multi_processor_count: Count
     total_memory_mib: Count
     free_memory_mib: Count
+    driver_cuda_version: Count  # what the driver's cuDriverGetVersion reports, e.g. 13000 = CUDA 13.0
 
     def answers(self, devices: int) -> dict[str, Any]:
         """The values the probe answers with (no sources: they stay here), for `devices` identical cards."""
@@ -71,6 +72,7 @@ class Persona(_Strict):
             "multi_processor_count": self.multi_processor_count.value,
             "total_memory": self.total_memory_mib.value * MIB,
             "free_memory": self.free_memory_mib.value * MIB,
+            "driver_cuda_version": self.driver_cuda_version.value,
             "devices": devices,
         }
 

@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import re
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -141,6 +142,39 @@ for _ in range(persona["devices"]):
 """
 
 
+# The driver stub's entry points do nothing (they are for linking); the persona's libcuda.so.1 is the stub's
+# entry points plus the two answers a library asks the driver for before any device work: cuInit succeeds and
+# cuDriverGetVersion reports the persona's driver (CUTLASS DSL, imported by SGLang >= 0.5.16, picks its CUDA
+# toolkit flavour from it at import). Every other entry point stays the stub's no-op.
+PERSONA_DRIVER_C = """
+int cuInit(unsigned int flags) { (void)flags; return 0; }
+int cuDriverGetVersion(int *version) { if (!version) return 1; *version = %d; return 0; }
+"""
+
+
+def persona_driver(stub: Path, out: Path, persona: dict[str, Any]) -> None:
+    """Build the persona's libcuda.so.1 (the stub's symbols + PERSONA_DRIVER_C) with the image's compiler;
+    without a compiler, link the stub as it is."""
+    answered = {"cuInit", "cuDriverGetVersion"}
+    try:
+        symbols = subprocess.run(
+            ["nm", "-D", "--defined-only", str(stub)], capture_output=True, text=True, check=True
+        ).stdout.split()
+        names = sorted({w for w in symbols if w.startswith("cu") and w.isidentifier()} - answered)
+        source = out.parent / "libcuda-persona.c"
+        source.write_text(
+            "".join(f"void {n}(void) {{}}\n" for n in names) + PERSONA_DRIVER_C % persona["driver_cuda_version"]
+        )
+        subprocess.run(
+            ["g++", "-x", "c", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(out), str(source)],
+            capture_output=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        out.unlink(missing_ok=True)
+        out.symlink_to(stub)
+
+
 def stage(job_file: Path, job: dict[str, Any]) -> None:
     work = Path(job["workdir"])
     (work / "bin").mkdir(parents=True, exist_ok=True)
@@ -152,7 +186,7 @@ def stage(job_file: Path, job: dict[str, Any]) -> None:
     link = work / "lib" / "libcuda.so.1"
     if link.is_symlink() or link.exists():
         link.unlink()
-    link.symlink_to(stub)
+    persona_driver(Path(stub), link, job["persona"])
     persona_file = work / "persona.json"
     persona_file.write_text(json.dumps(job["persona"]))
     smi = work / "bin" / "nvidia-smi"

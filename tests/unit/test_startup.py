@@ -40,6 +40,7 @@ def test_every_persona_is_an_sm120_card_with_a_source_for_each_answer():
         "multi_processor_count": 188,
         "total_memory": 97887 << 20,
         "free_memory": 97887 << 20,
+        "driver_cuda_version": 13000,
         "devices": 8,
     }
     assert personas.get("rtx-5090").answers(1)["multi_processor_count"] == 170
@@ -60,6 +61,7 @@ capability = { value = [12, 0], source = "https://example.org/cc" }
 multi_processor_count = { value = 10, source = "https://example.org/sm" }
 total_memory_mib = { value = 100, source = "https://example.org/mem" }
 free_memory_mib = { value = 100, source = "assumption: idle" }
+driver_cuda_version = { value = 13000, source = "https://example.org/driver" }
 """
 
 
