@@ -294,3 +294,26 @@ def fake_nvidia_smi(bin_dir: Path, gpus: list[tuple[str, str]] | None, *, fail: 
 
 def stderr_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in proc.stderr.splitlines() if line.strip()]
+
+
+RTX_PRO = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+
+
+def standin_run(tmp_path: Path, **extra: str) -> dict[str, Any]:
+    """A run of the entrypoint with the stand-in SGLang on PYTHONPATH, 8 fake RTX PRO GPUs (nvidia-smi), a cache
+    directory, a synthetic plan and two models; `extra` adds to its environment."""
+    site = fake_sglang(tmp_path / "site", version="9.9.9")
+    bin_dir = tmp_path / "bin"
+    fake_nvidia_smi(bin_dir, [(RTX_PRO, "12.0")] * 8)
+    (tmp_path / "cache").mkdir()
+    env = clean_env(
+        SM120_PLAN=str(synthetic_plan(tmp_path / "plan.json")),
+        MODEL_PATH=str(kimi_target(tmp_path / "target", architecture="DeepseekV3ForCausalLM")),
+        DRAFT_MODEL_PATH=str(eagle3_draft(tmp_path / "draft")),
+        PYTHONPATH=str(site),
+        PATH=f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        SM120_CACHE_DIR=str(tmp_path / "cache"),
+        FAKE_SGLANG_RECORD=str(tmp_path / "server.json"),
+        **extra,
+    )
+    return {"env": env, "tmp": tmp_path, "site": site}

@@ -25,27 +25,12 @@ from sm120 import cli
 from sm120.bench import report, stats
 from sm120.bench.results import Label, Results
 from tests.helpers import ROOT, run_cli
-from tests.unit.bench_standin import Behaviour, StandIn
 
 
 def bench(capsys, *argv: str) -> tuple[int, str, str]:
     rc = cli.main(["bench", *argv])
     out, err = capsys.readouterr()
     return rc, out, err
-
-
-@pytest.fixture
-def standin():
-    servers: list[StandIn] = []
-
-    def make(**kw) -> StandIn:
-        s = StandIn(Behaviour(**kw)).start()
-        servers.append(s)
-        return s
-
-    yield make
-    for s in servers:
-        s.stop()
 
 
 def one_line(err: str) -> str:

@@ -18,7 +18,6 @@ from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120.bench import client, prompts
 from tests.helpers import run_build_py
-from tests.unit.bench_standin import Behaviour, StandIn
 
 PORT = planmod.resolve(cfg.load()).image.port
 
@@ -31,20 +30,6 @@ def bench(capsys, *argv: str) -> tuple[int, str, str]:
 
 def load(out: Path) -> dict:
     return json.loads((out / "bench.json").read_text())
-
-
-@pytest.fixture
-def standin():
-    servers: list[StandIn] = []
-
-    def make(**kw) -> StandIn:
-        s = StandIn(Behaviour(**kw)).start()
-        servers.append(s)
-        return s
-
-    yield make
-    for s in servers:
-        s.stop()
 
 
 def free_port() -> int:

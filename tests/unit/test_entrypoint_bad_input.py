@@ -22,18 +22,18 @@ import pytest
 
 from tests.entrypoint_helpers import (
     ENTRYPOINT,
+    RTX_PRO,
     clean_env,
     eagle3_draft,
     fake_nvidia_smi,
-    fake_sglang,
     kimi_target,
     run_entrypoint,
+    standin_run,
     stderr_lines,
     synthetic_plan,
     write_model,
 )
 
-RTX_PRO = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 OTHER_UID = 65534  # nobody: what the image's uid 1000 is to a root-owned host directory
 
 
@@ -50,20 +50,7 @@ def assert_usage_error(proc: subprocess.CompletedProcess[str], *expected: str) -
 @pytest.fixture
 def setup(tmp_path: Path) -> dict:
     """The stand-in SGLang on PYTHONPATH, 8 fake GPUs, a cache directory, a synthetic plan, two models."""
-    site = fake_sglang(tmp_path / "site", version="9.9.9")
-    bin_dir = tmp_path / "bin"
-    fake_nvidia_smi(bin_dir, [(RTX_PRO, "12.0")] * 8)
-    (tmp_path / "cache").mkdir()
-    env = clean_env(
-        SM120_PLAN=str(synthetic_plan(tmp_path / "plan.json")),
-        MODEL_PATH=str(kimi_target(tmp_path / "target", architecture="DeepseekV3ForCausalLM")),
-        DRAFT_MODEL_PATH=str(eagle3_draft(tmp_path / "draft")),
-        PYTHONPATH=str(site),
-        PATH=f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        SM120_CACHE_DIR=str(tmp_path / "cache"),
-        FAKE_SGLANG_RECORD=str(tmp_path / "server.json"),
-    )
-    return {"env": env, "tmp": tmp_path, "site": site}
+    return standin_run(tmp_path)
 
 
 # --------------------------------------------------------------------------------------------------

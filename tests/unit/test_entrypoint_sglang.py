@@ -16,37 +16,20 @@ import pytest
 
 from tests.entrypoint_helpers import (
     ENTRYPOINT,
-    clean_env,
+    RTX_PRO,
     eagle3_draft,
-    fake_nvidia_smi,
     fake_sglang,
     kimi_target,
     run_entrypoint,
+    standin_run,
     stderr_lines,
-    synthetic_plan,
 )
-
-RTX_PRO = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
 
 @pytest.fixture
 def setup(tmp_path: Path):
     """Environment for a run with the stand-in SGLang: models, plan, GPUs (fake nvidia-smi), cache, records."""
-    site = fake_sglang(tmp_path / "site", version="9.9.9")
-    bin_dir = tmp_path / "bin"
-    fake_nvidia_smi(bin_dir, [(RTX_PRO, "12.0")] * 8)
-    (tmp_path / "cache").mkdir()
-    env = clean_env(
-        SM120_PLAN=str(synthetic_plan(tmp_path / "plan.json")),
-        MODEL_PATH=str(kimi_target(tmp_path / "target", architecture="DeepseekV3ForCausalLM")),
-        DRAFT_MODEL_PATH=str(eagle3_draft(tmp_path / "draft")),
-        PYTHONPATH=str(site),
-        PATH=f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        SM120_CACHE_DIR=str(tmp_path / "cache"),
-        FAKE_SGLANG_RECORD=str(tmp_path / "server.json"),
-        FAKE_SGLANG_PROBE=str(tmp_path / "probe.txt"),
-    )
-    return {"env": env, "tmp": tmp_path, "site": site}
+    return standin_run(tmp_path, FAKE_SGLANG_PROBE=str(tmp_path / "probe.txt"))
 
 
 def last_line_args(stdout: str) -> list[str]:
