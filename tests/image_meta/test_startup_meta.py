@@ -45,14 +45,6 @@ CUDNN_MEMBERS = ("libcudnn.so.9", "libcudnn_graph.so.9")  # under nvidia/cudnn/l
 SIMPLE = "https://pypi.org/simple/nvidia-cudnn-cu12/"
 
 
-@pytest.fixture(scope="module")
-def dc():
-    try:
-        return docker_env.client()
-    except docker_env.DockerUnavailable as exc:
-        pytest.skip(str(exc))
-
-
 @pytest.fixture
 def derived(dc) -> Iterator:
     """derived(add={path: (bytes, mode)}, remove=[paths]) -> the tag of SM120_IMAGE plus that one layer."""

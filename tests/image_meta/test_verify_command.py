@@ -31,14 +31,6 @@ pytestmark = [pytest.mark.image, pytest.mark.docker]
 needs_image = pytest.mark.skipif(not IMAGE, reason="set SM120_IMAGE=TAG (an image made by build.py build)")
 
 
-@pytest.fixture(scope="module")
-def dc():
-    try:
-        return docker_env.client()
-    except docker_env.DockerUnavailable as exc:
-        pytest.skip(str(exc))
-
-
 def leftover(dc) -> list[str]:
     return [(c.get("Names") or [c["Id"]])[0] for c in docker_env.run_containers(dc)]
 
