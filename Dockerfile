@@ -37,6 +37,7 @@ ARG IMAGE_USER=sglang
 ARG IMAGE_UID=1000
 ARG CACHE_DIR=/var/cache/sglang
 ARG PORT=30000
+ARG PLAN_JSON=/etc/sglang-sm120/plan.json
 
 # ---- devel: the CUDA 13.0.1 compiler image plus Python, a virtual environment and build tools.
 # Every compile stage starts here. Python comes from the OS (Ubuntu 24.04: 3.12; the offline Debian: 3.11).
@@ -133,6 +134,7 @@ FROM kernels AS patched
 ARG SGLANG_VERSION
 ARG PROFILE
 ARG PYTHON_VERSION
+ARG PLAN_JSON
 COPY build.py build.toml /opt/sglang-sm120/src/
 COPY sm120/ /opt/sglang-sm120/src/sm120/
 COPY patches/ /opt/sglang-sm120/src/patches/
@@ -140,8 +142,8 @@ RUN cd /opt/sglang-sm120/src \
  && site=/opt/venv/lib/python${PYTHON_VERSION}/site-packages \
  && python build.py patches apply --sglang "${SGLANG_VERSION}" --source "$site" --dest "$site" \
  && python -m compileall -q "$site/sglang" \
- && mkdir -p /etc/sglang-sm120 \
- && python build.py plan --json --profile "${PROFILE}" --sglang "${SGLANG_VERSION}" > /etc/sglang-sm120/plan.json
+ && mkdir -p "$(dirname "${PLAN_JSON}")" \
+ && python build.py plan --json --profile "${PROFILE}" --sglang "${SGLANG_VERSION}" > "${PLAN_JSON}"
 
 # ---- jit-toolchain: what SGLang, FlashInfer and Triton compile with at run time, cut from the devel image:
 # nvcc and its backends, the CUDA headers, libcudart.so and the driver stub to link against. Not the static
@@ -155,11 +157,13 @@ RUN bash /opt/build/jit-toolchain.sh collect /usr/local/cuda /opt/jit/cuda
 # re-exports one small layer instead of several (each new layer costs a diff of the tree on some drivers).
 FROM scratch AS overlay
 ARG PYTHON_VERSION
+ARG PLAN_JSON
 COPY --from=patched /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/ \
      /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/
-COPY --from=patched /etc/sglang-sm120/plan.json /etc/sglang-sm120/plan.json
+COPY --from=patched ${PLAN_JSON} ${PLAN_JSON}
 COPY docker/entrypoint.py /opt/sglang-sm120/entrypoint.py
-COPY docker/entrypoint/ /opt/sglang-sm120/entrypoint/
+COPY sm120/__init__.py /opt/sglang-sm120/sm120/__init__.py
+COPY sm120/entrypoint/ /opt/sglang-sm120/sm120/entrypoint/
 
 # ---- runtime: what serving needs and nothing else. Non-root, tini as PID 1, the JIT toolchain, one cache
 # directory for every JIT cache (mount a named volume there), a health check on SGLang's /health.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from .entrypoint.spec import PLAN_JSON_PATH
 from .plan_types import Plan
 
 
@@ -44,6 +45,7 @@ def write(plan: Plan) -> dict[str, str]:
         "IMAGE_UID": str(image.uid),
         "CACHE_DIR": image.cache_dir,
         "PORT": str(image.port),
+        "PLAN_JSON": PLAN_JSON_PATH,  # where the entrypoint reads the plan
     }
 
 

@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from .entrypoint.spec import CONDITIONS
 from .errors import UsageError
 
 if sys.version_info >= (3, 11):
@@ -130,7 +131,8 @@ class Fixup(_Strict):
 # When a runtime rule applies (all listed conditions must hold): "nvfp4" = the target is a ModelOpt NVFP4
 # checkpoint (what SGLang calls modelopt_fp4 / modelopt_mixed); "tp>1" = tensor parallelism over several GPUs;
 # "single-node" = NNODES is 1.
-RuleCondition = Literal["always", "nvfp4", "tp>1", "single-node"]
+# The conditions' names and meaning live with the entrypoint that judges them (sm120/entrypoint/spec.py).
+RuleCondition = Literal[tuple(CONDITIONS)]  # type: ignore[valid-type]
 
 
 class RuntimeRule(_Strict):

@@ -18,23 +18,25 @@ from . import build_args as build_args_format
 from . import labels as labels_format
 from . import resources as res
 from .config import Config, FlashAttnKernels, Profile, Track
+from .entrypoint.spec import (
+    EntrypointSpec,
+    LeftOutSpec,
+    ModeSpec,
+    RequiredPatch,
+    RuntimeRuleSpec,
+    UpstreamCheckSpec,
+)
 from .errors import UsageError
 from .labels import sm
 from .plan_types import (
     ALL_HEAD_DIMS,
-    EntrypointSpec,
     FixupPin,
     FlashAttn,
     ImageSettings,
-    LeftOutSpec,
-    ModeSpec,
     PatchRef,
     Plan,
-    RequiredPatch,
-    RuntimeRuleSpec,
     SglKernel,
     SkippedPatch,
-    UpstreamCheckSpec,
 )
 
 __all__ = ["ALL_HEAD_DIMS", "Plan", "render", "resolve", "sm"]

@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# Where the image keeps the plan for its entrypoint. The Dockerfile and docker/entrypoint/presets.py cannot import
-# this module and write the path themselves; tests/unit/test_plan_outputs.py keeps them equal to it.
-PLAN_JSON_PATH = "/etc/sglang-sm120/plan.json"
+# The entrypoint's part of the plan is defined by the module the image's entrypoint reads it with.
+from .entrypoint.spec import EntrypointSpec
 
 ALL_HEAD_DIMS = [32, 64, 96, 128, 192, 256]
 
@@ -73,65 +72,6 @@ class ImageSettings:
     uid: int
     cache_dir: str
     port: int
-
-
-@dataclass(frozen=True)
-class ModeSpec:
-    """A serving mode (build.toml [modes.NAME]); fields as in sm120.config.Mode, in its order."""
-
-    summary: str
-    args: list[str]
-    draft: bool
-    spec_num_steps: int | None
-    spec_eagle_topk: int | None
-    spec_num_draft_tokens: int | None
-
-
-@dataclass(frozen=True)
-class UpstreamCheckSpec:
-    """Upstream has a change when every regex in `patterns` matches the file at `path` (relative to site-packages)."""
-
-    path: str
-    patterns: list[str]
-
-
-@dataclass(frozen=True)
-class RequiredPatch:
-    """A runtime rule applies only where this patch's change is in the installed SGLang."""
-
-    patch: str
-    checks: list[UpstreamCheckSpec]
-
-
-@dataclass(frozen=True)
-class RuntimeRuleSpec:
-    name: str
-    when: list[str]  # every condition must hold: "always", "tp>1", "single-node", ...
-    env: dict[str, str]
-    args: list[str]
-    requires: RequiredPatch | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class LeftOutSpec:
-    """Flags the reference run used that this track does not honour on sm_120: logged, not passed."""
-
-    args: list[str]
-    reason: str
-
-
-@dataclass(frozen=True)
-class EntrypointSpec:
-    """What docker/entrypoint reads from the image's plan.json (its `entrypoint` key)."""
-
-    sglang_version: str
-    cuda_archs: list[str]
-    port: int
-    cache_dir: str
-    modes: dict[str, ModeSpec]
-    runtime: list[RuntimeRuleSpec]
-    left_out: list[LeftOutSpec]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRYPOINT = ROOT / "docker" / "entrypoint.py"
-DOCKER_DIR = ROOT / "docker"
 
 SYMM_MEM_CHECKS = [
     {"path": "sglang/srt/distributed/device_communicators/all_reduce_utils.py", "patterns": [r"^\s*12: \{"]},
@@ -29,10 +28,8 @@ SYMM_MEM_CHECKS = [
 
 
 def entrypoint_module(name: str) -> Any:
-    """A module of the entrypoint package (docker/entrypoint/), imported in this process for unit tests."""
-    if str(DOCKER_DIR) not in sys.path:
-        sys.path.insert(0, str(DOCKER_DIR))
-    return importlib.import_module(f"entrypoint.{name}")
+    """A module of the entrypoint package (sm120/entrypoint/), imported in this process for unit tests."""
+    return importlib.import_module(f"sm120.entrypoint.{name}")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120.plan_types import PLAN_JSON_PATH
+from sm120.entrypoint.spec import PLAN_JSON_PATH
 from sm120.verify import docker_env
 from tests import entrypoint_helpers as eh
 

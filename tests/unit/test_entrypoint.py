@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120.plan_types import PLAN_JSON_PATH
+from sm120.entrypoint.spec import PLAN_JSON_PATH
 from tests.entrypoint_helpers import (
     clean_env,
     eagle3_draft,
@@ -356,6 +356,10 @@ def test_draft_with_target_hidden_size_key(env, tmp_path):
 def test_broken_plan_names_the_key(env, tmp_path):
     bad = tmp_path / "bad-plan.json"
     bad.write_text('{"entrypoint": {"modes": {}}}')
+    proc = run_entrypoint(["--dry-run"], {**env, "SM120_PLAN": str(bad)})
+    assert proc.returncode == 2 and "entrypoint.sglang_version is missing" in proc.stderr
+    plan = json.loads(Path(env["SM120_PLAN"]).read_text())
+    bad.write_text(json.dumps({**plan, "entrypoint": {**plan["entrypoint"], "modes": {}}}))
     proc = run_entrypoint(["--dry-run"], {**env, "SM120_PLAN": str(bad)})
     assert proc.returncode == 2 and "entrypoint.modes is empty" in proc.stderr
     bad.write_text("{")

@@ -29,12 +29,13 @@ UsageError = errors.UsageError
 
 @pytest.fixture
 def presets(tmp_path: Path):
-    return presets_mod.load({"SM120_PLAN": str(synthetic_plan(tmp_path / "plan.json"))})
+    """The entrypoint's spec of a synthetic plan."""
+    return presets_mod.load({"SM120_PLAN": str(synthetic_plan(tmp_path / "plan.json"))}).spec
 
 
 def build(presets, mode: str, environ: dict[str, str], args: list[str] | None = None):
     log = errors.Log()
-    cmd = command.build(presets, presets.modes[mode], environ, args or [], log)
+    cmd = command.build(presets, mode, environ, args or [], log)
     return cmd, log
 
 
@@ -146,18 +147,18 @@ def test_negative_numbers_are_values_not_options():
 
 def effective(presets, mode, environ, args=None):
     cmd, log = build(presets, mode, {"MODEL_PATH": "/m", "DRAFT_MODEL_PATH": "/d", **environ}, args)
-    return command.effective(cmd, presets.modes[mode], log), cmd, log
+    return command.effective(cmd, mode, presets.modes[mode], log), cmd, log
 
 
 def test_effective_values_come_from_the_winning_layer(presets):
-    eff, _, _ = effective(presets, "eagle3", {"TP_SIZE": "8"}, ["--tp-size", "4", "--pp-size", "2"])
-    assert (eff.tp, eff.pp, eff.nnodes, eff.speculative) == (4, 2, 1, "EAGLE3")
-    assert eff.gpus_per_node == 8
+    values, _, _ = effective(presets, "eagle3", {"TP_SIZE": "8"}, ["--tp-size", "4", "--pp-size", "2"])
+    assert (values.tp, values.pp, values.nnodes, values.speculative) == (4, 2, 1, "EAGLE3")
+    assert values.gpus_per_node == 8
 
 
 def test_gpus_per_node_over_several_nodes(presets):
-    eff, _, _ = effective(presets, "baseline", {"TP_SIZE": "16", "NNODES": "2", "DIST_INIT_ADDR": "[::1]:5000"})
-    assert eff.gpus_per_node == 8
+    values, _, _ = effective(presets, "baseline", {"TP_SIZE": "16", "NNODES": "2", "DIST_INIT_ADDR": "[::1]:5000"})
+    assert values.gpus_per_node == 8
 
 
 @pytest.mark.parametrize(
@@ -192,9 +193,9 @@ def test_bad_value_from_the_user_names_the_argument(presets):
 def apply(presets, tmp_path, environ=None, args=None, *, nvfp4=True, installed=None, mode="baseline"):
     environ = {"MODEL_PATH": str(kimi_target(tmp_path / "t", nvfp4=nvfp4)), **(environ or {})}
     cmd, log = build(presets, mode, environ, args)
-    eff = command.effective(cmd, presets.modes[mode], log)
-    target = models.open_model(eff.model)
-    applied = rules.apply(presets, cmd, eff, models.quantization(target), True, installed, environ, log)
+    values = command.effective(cmd, mode, presets.modes[mode], log)
+    target = models.open_model(values.model)
+    applied = rules.apply(presets, cmd, values, models.quantization(target), True, installed, environ, log)
     return applied, cmd, log
 
 
@@ -263,9 +264,9 @@ def test_rule_needing_a_patch_follows_the_installed_source(presets, tmp_path):
 
 def test_unknown_nvfp4_for_a_repo_id(presets):
     cmd, log = build(presets, "baseline", {"MODEL_PATH": "org/model"})
-    eff = command.effective(cmd, presets.modes["baseline"], log)
-    target = models.open_model(eff.model)
-    applied = rules.apply(presets, cmd, eff, models.quantization(target), target.path is not None, None, {}, log)
+    values = command.effective(cmd, "baseline", presets.modes["baseline"], log)
+    target = models.open_model(values.model)
+    applied = rules.apply(presets, cmd, values, models.quantization(target), target.path is not None, None, {}, log)
     assert "nvfp4-rule" not in applied
     assert any("cannot tell whether the target is NVFP4" in line for line in log.lines())
 

@@ -3,6 +3,7 @@ patch a rule needs -> that patch's upstream_check in the plan), left-out flags; 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,12 +12,11 @@ import pytest
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120 import resources as res
+from sm120.entrypoint import spec
 from sm120.errors import UsageError
-from tests.entrypoint_helpers import entrypoint_module
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE = res.Resources(cpus=2, memory_bytes=24 * 1024**3, source="test")
-presets_mod = entrypoint_module("presets")
 
 
 def entry(version: str, config: cfg.Config | None = None) -> dict:
@@ -37,8 +37,9 @@ def copy_config(tmp_path: Path, edit) -> Path:
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
 def test_the_entrypoint_reads_what_the_plan_holds(version):
-    data = entry(version)
-    presets = presets_mod.parse({"entrypoint": data}, "plan")
+    plan = planmod.resolve(cfg.load(ROOT / "build.toml"), profile="offline", sglang=version, machine=MACHINE)
+    presets = spec.from_plan(json.loads(json.dumps(plan.to_dict())))  # as plan.json holds it
+    assert presets == plan.entrypoint  # the same classes on both sides: read back, field for field
     assert presets.sglang_version == version and presets.cuda_archs == ["12.0"]
     eagle3 = presets.modes["eagle3"]
     assert (eagle3.spec_num_steps, eagle3.spec_eagle_topk, eagle3.spec_num_draft_tokens) == (2, 4, 16)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .errors import Log, UsageError, show
 from .options import EXTRA, USER, Command, Item, group
-from .presets import Mode, Presets
+from .spec import EntrypointSpec, ModeSpec
 
 DEFAULT_HOST = "0.0.0.0"  # SGLang's own default (127.0.0.1) cannot be reached from outside the container
 SPEC_ALGORITHMS_WITH_TREE = ("EAGLE", "EAGLE3")
@@ -89,19 +89,22 @@ def _env(environ: Mapping[str, str], name: str) -> str | None:
     return value.strip() if value is not None and value.strip() else None
 
 
-def build(presets: Presets, mode: Mode, environ: Mapping[str, str], sglang_args: list[str], log: Log) -> Command:
-    """Presets, then the environment over them, then EXTRA_ARGS and `--` over both."""
+def build(
+    spec: EntrypointSpec, mode_name: str, environ: Mapping[str, str], sglang_args: list[str], log: Log
+) -> Command:
+    """The mode's presets, then the environment over them, then EXTRA_ARGS and `--` over both."""
+    mode = spec.modes[mode_name]
     cmd = Command()
-    for item in group(list(mode.args), f"preset {mode.name}"):
+    for item in group(list(mode.args), f"preset {mode_name}"):
         cmd.put(item)
     cmd.put(Item(["--host", DEFAULT_HOST], "default"))
-    cmd.put(Item(["--port", str(presets.port)], "default"))
+    cmd.put(Item(["--port", str(spec.port)], "default"))
     if mode.draft:
         for var, key in SPEC_VARIABLES.items():
             preset = getattr(mode, key)
             option = next(v.option for v in VARIABLES if v.name == var)
             if preset is not None and option:
-                cmd.put(Item([option, str(preset)], f"preset {mode.name}"))
+                cmd.put(Item([option, str(preset)], f"preset {mode_name}"))
 
     for var in VARIABLES:
         value = _env(environ, var.name)
@@ -110,7 +113,7 @@ def build(presets: Presets, mode: Mode, environ: Mapping[str, str], sglang_args:
         if var.option in INTEGERS:  # checked as given: the HEALTHCHECK reads PORT without stripping it
             value = environ[var.name]
         if not mode.draft and (var.name == "DRAFT_MODEL_PATH" or var.name in SPEC_VARIABLES):
-            log.note(f"{var.name} is ignored in {mode.name} mode")
+            log.note(f"{var.name} is ignored in {mode_name} mode")
             continue
         cmd.put(Item([var.option, value], var.name))
 
@@ -176,7 +179,7 @@ class Effective:
         return max(self.tp * self.pp // self.nnodes, 1)
 
 
-def effective(cmd: Command, mode: Mode, log: Log) -> Effective:
+def effective(cmd: Command, mode_name: str, mode: ModeSpec, log: Log) -> Effective:
     """Validate the values SGLang will take; raise UsageError naming the source of a bad one."""
     ints: dict[str, int] = {}
     for option in INTEGERS:
@@ -214,7 +217,7 @@ def effective(cmd: Command, mode: Mode, log: Log) -> Effective:
     draft = cmd.last("--speculative-draft-model-path")
     if mode.draft and (draft is None or not draft.value):
         raise UsageError(
-            f"{mode.name} needs DRAFT_MODEL_PATH",
+            f"{mode_name} needs DRAFT_MODEL_PATH",
             "the EAGLE-3 drafter's directory, e.g. -e DRAFT_MODEL_PATH=/models/Kimi-K2.5-eagle3",
         )
     if speculative in SPEC_ALGORITHMS_WITH_TREE:

@@ -30,37 +30,37 @@ def program_on_path(name: str, environ: Mapping[str, str]) -> str | None:
 
 
 def parse(argv: list[str], modes: Collection[str], environ: Mapping[str, str]) -> Invocation:
-    inv = Invocation()
+    request = Invocation()
     if argv and not argv[0].startswith("-") and argv[0] not in modes:
         if program_on_path(argv[0], environ):
-            inv.program = list(argv)
-            return inv
+            request.program = list(argv)
+            return request
         raise UsageError(
             f"unknown mode {show(argv[0])}{suggest(argv[0], modes)}",
             f"modes: {', '.join(sorted(modes))}; or a program on PATH (e.g. bash); see --help",
         )
 
     ours, sglang = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    inv.sglang_args = sglang
+    request.sglang_args = sglang
     mode_given = False
     for token in ours:
         if token == "--dry-run":
-            inv.dry_run = True
+            request.dry_run = True
         elif token in ("--help", "-h"):
-            inv.help = True
+            request.help = True
         elif token.startswith("-"):
             raise UsageError(
                 f"unknown entrypoint option {show(token)} (options: --dry-run, --help)"
                 f"{suggest(token, ('--dry-run', '--help'))}",
-                f"SGLang options go after --, e.g. `{inv.mode if mode_given else DEFAULT_MODE} -- {token} ...`",
+                f"SGLang options go after --, e.g. `{request.mode if mode_given else DEFAULT_MODE} -- {token} ...`",
             )
         elif not mode_given and token in modes:
-            inv.mode, mode_given = token, True
+            request.mode, mode_given = token, True
         elif token in modes:
-            raise UsageError(f"two modes given ({inv.mode}, {token}): pick one of {', '.join(sorted(modes))}")
+            raise UsageError(f"two modes given ({request.mode}, {token}): pick one of {', '.join(sorted(modes))}")
         else:
             raise UsageError(
                 f"unexpected argument {show(token)}",
                 f"usage: [{'|'.join(sorted(modes))}] [--dry-run] [--help] [-- SGLANG-OPTIONS]",
             )
-    return inv
+    return request

@@ -50,12 +50,14 @@ def _shell_line(argv: list[str], env: Mapping[str, str]) -> str:
     return " ".join([*(f"{k}={quote(v)}" for k, v in env.items()), *(quote(a) for a in argv)])
 
 
-def _check_models(eff: command.Effective, installed: sglang_source.InstalledSGLang | None, log: Log) -> models.Model:
-    target = models.open_model(eff.model)
+def _check_models(
+    effective: command.Effective, installed: sglang_source.InstalledSGLang | None, log: Log
+) -> models.Model:
+    target = models.open_model(effective.model)
     log.note(f"target model: {models.describe(target)}")
-    if eff.speculative != "EAGLE3" or eff.draft is None:
+    if effective.speculative != "EAGLE3" or effective.draft is None:
         return target
-    draft = models.open_model(eff.draft)
+    draft = models.open_model(effective.draft)
     arch = models.check_drafter(draft)
     log.note(f"EAGLE-3 drafter: {models.describe(draft)}")
     for warning in models.check_pair(target, draft):
@@ -88,24 +90,25 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         plan_error: UsageError | None = None
     except UsageError as exc:
         loaded, plan_error = None, exc
-    inv = invocation.parse(argv, loaded.modes if loaded else FALLBACK_MODES, environ)
-    if inv.program is not None:
+    spec = loaded.spec if loaded else None
+    request = invocation.parse(argv, spec.modes if spec else FALLBACK_MODES, environ)
+    if request.program is not None:
         try:
-            os.execvpe(inv.program[0], inv.program, dict(environ))
+            os.execvpe(request.program[0], request.program, dict(environ))
         except OSError as exc:
-            raise UsageError(f"cannot run {inv.program[0]}: {exc.strerror or exc}") from None
-    if inv.help:
-        sys.stdout.write(helptext.render(loaded, plan_error))
+            raise UsageError(f"cannot run {request.program[0]}: {exc.strerror or exc}") from None
+    if request.help:
+        sys.stdout.write(helptext.render(spec, plan_error))
         return 0
-    if loaded is None:
+    if loaded is None or spec is None:
         raise plan_error or ImageError("the image's presets cannot be read")
-    mode = loaded.modes.get(inv.mode)
+    mode = spec.modes.get(request.mode)
     if mode is None:
-        raise UsageError(f"unknown mode {inv.mode!r}", f"modes: {', '.join(sorted(loaded.modes))}")
+        raise UsageError(f"unknown mode {request.mode!r}", f"modes: {', '.join(sorted(spec.modes))}")
 
-    if {"-h", "--help"} & set(inv.sglang_args):  # SGLang's own help: nothing to check
-        final = _sglang(inv.sglang_args)
-        if inv.dry_run:
+    if {"-h", "--help"} & set(request.sglang_args):  # SGLang's own help: nothing to check
+        final = _sglang(request.sglang_args)
+        if request.dry_run:
             print(_shell_line(final, {}))
             return 0
         try:
@@ -113,36 +116,36 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         except OSError as exc:
             raise ImageError(f"cannot start {final[0]}: {exc.strerror or exc}") from None
 
-    cmd = command.build(loaded, mode, environ, inv.sglang_args, log)
+    cmd = command.build(spec, request.mode, environ, request.sglang_args, log)
     installed = sglang_source.locate()
     options.check_spelling(cmd, installed.options() if installed else (), installed.version if installed else None)
-    eff = command.effective(cmd, mode, log)
+    effective = command.effective(cmd, request.mode, mode, log)
     port = cmd.last("--port")
     if port is not None and port.source not in ("PORT", "default") and environ.get("PORT", "").strip() != port.value:
         log.warn(f"{port.label()}: the image's HEALTHCHECK reads PORT; set PORT={port.value} instead of --port")
-    if installed is not None and installed.version and installed.version != loaded.sglang_version:
-        log.warn(f"the installed SGLang is {installed.version}, the presets are for {loaded.sglang_version}")
-    target = _check_models(eff, installed, log)
-    rules.apply(loaded, cmd, eff, models.quantization(target), target.path is not None, installed, environ, log)
-    rules.left_out(loaded, cmd, log)
-    if not inv.dry_run:  # the machine's checks are cheap: before SGLang's parser, which takes seconds to import
+    if installed is not None and installed.version and installed.version != spec.sglang_version:
+        log.warn(f"the installed SGLang is {installed.version}, the presets are for {spec.sglang_version}")
+    target = _check_models(effective, installed, log)
+    rules.apply(spec, cmd, effective, models.quantization(target), target.path is not None, installed, environ, log)
+    rules.left_out(spec, cmd, log)
+    if not request.dry_run:  # the machine's checks are cheap: before SGLang's parser, which takes seconds to import
         gpus = preflight.visible_gpus(environ)
         tp_item = cmd.last("--tp-size")
         what = tp_item.label() if tp_item else "TP 1"
-        if eff.pp > 1 or eff.nnodes > 1:
-            what = f"TP {eff.tp} x PP {eff.pp} over {eff.nnodes} nodes"
-        preflight.check_gpus(gpus, eff.gpus_per_node, what, loaded.cuda_archs, log)
-        preflight.check_shm(eff.gpus_per_node, log)
-        preflight.check_caches(environ.get("SM120_CACHE_DIR") or loaded.cache_dir, environ, log)
+        if effective.pp > 1 or effective.nnodes > 1:
+            what = f"TP {effective.tp} x PP {effective.pp} over {effective.nnodes} nodes"
+        preflight.check_gpus(gpus, effective.gpus_per_node, what, spec.cuda_archs, log)
+        preflight.check_shm(effective.gpus_per_node, log)
+        preflight.check_caches(environ.get("SM120_CACHE_DIR") or spec.cache_dir, environ, log)
     relied_on = set(options.RELIED_ON) | set(command.INTEGERS)
-    relied_on |= {options.canonical(a) for r in loaded.runtime for a in r.args if options.is_option(a)}
-    relied_on |= {options.canonical(a) for r in loaded.left_out for a in r.args if options.is_option(a)}
+    relied_on |= {options.canonical(a) for r in spec.runtime for a in r.args if options.is_option(a)}
+    relied_on |= {options.canonical(a) for r in spec.left_out for a in r.args if options.is_option(a)}
     outcome = parser_check.check(cmd, installed is not None, environ, log, relied_on)
     final = _sglang(cmd.argv())
 
-    if inv.dry_run:
+    if request.dry_run:
         log.flush(sys.stderr)
-        print(f"# mode {mode.name}: SGLang {loaded.sglang_version} presets from {loaded.source}")
+        print(f"# mode {request.mode}: SGLang {spec.sglang_version} presets from {loaded.source}")
         print(f"# {outcome.summary}")
         print("# not run by --dry-run: the GPU, /dev/shm and JIT-cache checks")
         print(_shell_line(final, cmd.env))

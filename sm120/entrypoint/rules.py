@@ -14,48 +14,34 @@ from .command import Effective
 from .errors import Log, UsageError, show
 from .models import NVFP4_METHODS
 from .options import Command, canonical, group
-from .presets import Presets, Rule
 from .sglang_source import InstalledSGLang
+from .spec import CONDITIONS, EntrypointSpec, RuleFacts, RuntimeRuleSpec
 
 
-def skipped(presets: Presets, environ: Mapping[str, str]) -> set[str]:
+def skipped(spec: EntrypointSpec, environ: Mapping[str, str]) -> set[str]:
     raw = environ.get("SKIP_RUNTIME_RULES", "").strip()
     names = {n for n in re.split(r"[,\s]+", raw) if n}
-    known = [rule.name for rule in presets.runtime]
+    known = [rule.name for rule in spec.runtime]
     if "all" in names:
         return set(known)
     unknown = sorted(names - set(known))
     if unknown:
         raise UsageError(
             f"SKIP_RUNTIME_RULES={show(raw)}: no rule named {show(unknown[0])}",
-            f"rules of SGLang {presets.sglang_version}: {', '.join(known) or 'none'}; or 'all'",
+            f"rules of SGLang {spec.sglang_version}: {', '.join(known) or 'none'}; or 'all'",
         )
     return names
 
 
-def _condition(condition: str, eff: Effective, quantization: str | None, target_known: bool) -> bool | None:
-    if condition == "always":
-        return True
-    if condition == "tp>1":
-        return eff.tp > 1
-    if condition == "single-node":
-        return eff.nnodes == 1
-    if condition == "nvfp4":
-        if quantization in NVFP4_METHODS:
-            return True
-        return False if target_known else None
-    raise AssertionError(condition)  # presets.parse admits only the four conditions
-
-
-def _describe(rule: Rule) -> str:
+def _describe(rule: RuntimeRuleSpec) -> str:
     parts = [f"{k}={v}" for k, v in rule.env.items()] + ([" ".join(rule.args)] if rule.args else [])
     return " ".join(parts)
 
 
 def apply(
-    presets: Presets,
+    spec: EntrypointSpec,
     cmd: Command,
-    eff: Effective,
+    effective: Effective,
     quantization: str | None,
     target_known: bool,
     installed: InstalledSGLang | None,
@@ -63,17 +49,19 @@ def apply(
     log: Log,
 ) -> list[str]:
     """Add the rules that apply to cmd (args) and cmd.env; log each decision; return the applied names."""
-    skip = skipped(presets, environ)
-    user_quant = cmd.value("--quantization")
-    if user_quant:
-        quantization = user_quant
+    skip = skipped(spec, environ)
+    user_quantization = cmd.value("--quantization")
+    if user_quantization:
+        quantization = user_quantization
+    nvfp4 = True if quantization in NVFP4_METHODS else (False if target_known or user_quantization else None)
+    facts = RuleFacts(tp=effective.tp, nnodes=effective.nnodes, nvfp4=nvfp4)
     applied = []
-    for rule in presets.runtime:
+    for rule in spec.runtime:
         what = f"sm_120 rule {rule.name} ({_describe(rule)})"
         if rule.name in skip:
             log.note(f"{what} skipped: SKIP_RUNTIME_RULES")
             continue
-        results = {c: _condition(c, eff, quantization, target_known or bool(user_quant)) for c in rule.when}
+        results = {condition: CONDITIONS[condition](facts) for condition in rule.when}
         if None in results.values():
             log.note(f"{what} not applied: cannot tell whether the target is NVFP4 (not a local directory)")
             continue
@@ -108,9 +96,9 @@ def apply(
     return applied
 
 
-def left_out(presets: Presets, cmd: Command, log: Log) -> None:
+def left_out(spec: EntrypointSpec, cmd: Command, log: Log) -> None:
     """Log the reference run's flags this track leaves out on sm_120; warn when the user passes one anyway."""
-    for entry in presets.left_out:
+    for entry in spec.left_out:
         user = cmd.overriding(canonical(entry.args[0]))
         if user is not None:
             log.warn(f"{user.label()} is passed as you asked, but: {entry.reason}")

@@ -6,7 +6,7 @@ import textwrap
 
 from .command import VARIABLES
 from .errors import UsageError
-from .presets import Presets
+from .spec import EntrypointSpec
 
 USAGE = """\
 usage: docker run --gpus all --ipc=host -v /models:/models IMAGE [MODE] [--dry-run] [-- SGLANG-OPTIONS]
@@ -30,8 +30,8 @@ examples:
 """
 
 
-def _mode_line(presets: Presets, name: str) -> str:
-    mode = presets.modes[name]
+def _mode_line(spec: EntrypointSpec, name: str) -> str:
+    mode = spec.modes[name]
     preset = list(mode.args)
     for key, option in (
         ("spec_num_steps", "--speculative-num-steps"),
@@ -49,22 +49,22 @@ def _wrapped(head: str, text: str) -> str:
     return textwrap.fill(text, width=118, initial_indent=head, subsequent_indent=" " * len(head))
 
 
-def render(presets: Presets | None, plan_error: UsageError | None) -> str:
+def render(spec: EntrypointSpec | None, plan_error: UsageError | None) -> str:
     out = [USAGE]
-    if presets is None:
+    if spec is None:
         out.append(f"(the image's presets cannot be read: {plan_error.lines[0] if plan_error else 'unknown'})\n")
         fmt: dict[str, object] = {}
     else:
         intro = (
-            f"Starts SGLang {presets.sglang_version} (python3 -m sglang.launch_server) on NVIDIA GPUs of compute "
-            f"capability {', '.join(presets.cuda_archs)} (sm_120: RTX PRO 6000 Blackwell, RTX 5090)."
+            f"Starts SGLang {spec.sglang_version} (python3 -m sglang.launch_server) on NVIDIA GPUs of compute "
+            f"capability {', '.join(spec.cuda_archs)} (sm_120: RTX PRO 6000 Blackwell, RTX 5090)."
         )
         out.append(_wrapped("", intro) + "\n")
         out.append("modes:")
-        out += [_mode_line(presets, name) for name in presets.modes]
+        out += [_mode_line(spec, name) for name in spec.modes]
         out.append("")
-        eagle = next((m for m in presets.modes.values() if m.draft), None)
-        fmt = {"port": presets.port}
+        eagle = next((m for m in spec.modes.values() if m.draft), None)
+        fmt = {"port": spec.port}
         if eagle is not None:
             fmt.update(
                 spec_num_steps=eagle.spec_num_steps,
@@ -79,15 +79,15 @@ def render(presets: Presets | None, plan_error: UsageError | None) -> str:
             text = var.help.split(" (default")[0]
         out.append(_wrapped(f"  {var.name:<22} ", text + (f"  [{var.option}]" if var.option else "")))
     out.append("  precedence: presets < variables < EXTRA_ARGS < options after --\n")
-    if presets is not None:
-        version = presets.sglang_version
+    if spec is not None:
+        version = spec.sglang_version
         out.append(f"runtime rules for sm_120 (SGLang {version}; SKIP_RUNTIME_RULES=NAME leaves one out):")
-        for rule in presets.runtime:
+        for rule in spec.runtime:
             what = " ".join([f"{k}={v}" for k, v in rule.env.items()] + rule.args)
             when = ", ".join(rule.when)
             needs = f"; needs the {rule.requires.patch} change" if rule.requires else ""
             out.append(_wrapped(f"  {rule.name:<18} ", f"{what}  [when: {when}{needs}]"))
-        for entry in presets.left_out:
+        for entry in spec.left_out:
             out.append(_wrapped("  left out           ", f"{' '.join(entry.args)}: {entry.reason}"))
         out.append("")
     out.append(OPTIONS)

@@ -1,0 +1,43 @@
+"""The presets baked into the image: plan.json's `entrypoint` key, read with the module the build wrote it with.
+
+The image build writes the whole plan to /etc/sglang-sm120/plan.json (`spec.PLAN_JSON_PATH`); SM120_PLAN names
+another file (tests). Both the whole plan and its `entrypoint` object alone are accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import spec
+from .errors import ImageError, UsageError, show
+
+
+@dataclass(frozen=True)
+class Presets:
+    spec: spec.EntrypointSpec
+    source: str  # the file they were read from
+
+
+def load(environ: Mapping[str, str]) -> Presets:
+    """The presets from $SM120_PLAN (a user mistake: exit 2) or the image's own plan (a broken image: exit 1)."""
+    chosen = environ.get("SM120_PLAN", "").strip()
+    path = Path(chosen or spec.PLAN_JSON_PATH)
+    label = f"SM120_PLAN={show(chosen)}" if chosen else f"the image's plan {path}"
+    error = UsageError if chosen else ImageError
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{label}: no such file", "it is written at build time by `build.py plan --json`") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{label}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    try:
+        return Presets(spec.from_plan(json.loads(text)), str(path))
+    except json.JSONDecodeError as exc:
+        raise error(f"{label}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise error(f"{label}: nested too deeply to be a plan") from None
+    except spec.SpecError as exc:
+        raise error(f"{label}: {exc}", "expected the output of `build.py plan --json`") from None

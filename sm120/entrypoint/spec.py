@@ -1,0 +1,177 @@
+"""The entrypoint's spec: the `entrypoint` key of the plan, written by the build and read by the image.
+
+One module for both sides, standard library only: `sm120.plan` builds an `EntrypointSpec` from build.toml
+(`Plan.to_dict` writes it into plan.json), and the image's entrypoint reads plan.json back with `decode`, into
+the very same classes. The runtime rules' conditions are defined here once: build.toml's schema
+(`sm120.config`) takes their names from `CONDITIONS`, the entrypoint their meaning.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, is_dataclass
+from types import NoneType, UnionType
+from typing import Any, TypeVar
+
+# Where the image keeps the plan (the Dockerfile writes it there; tests/unit/test_plan_outputs.py checks that).
+PLAN_JSON_PATH = "/etc/sglang-sm120/plan.json"
+
+
+@dataclass(frozen=True)
+class RuleFacts:
+    """What a runtime rule's conditions are judged on: the command's effective values and the target model."""
+
+    tp: int
+    nnodes: int
+    nvfp4: bool | None  # None: the target is not a local directory, so its quantization is unknown
+
+
+# A rule applies when all its conditions hold; None means "cannot tell" (the rule is then not applied).
+CONDITIONS: dict[str, Callable[[RuleFacts], bool | None]] = {
+    "always": lambda facts: True,
+    "nvfp4": lambda facts: facts.nvfp4,
+    "tp>1": lambda facts: facts.tp > 1,
+    "single-node": lambda facts: facts.nnodes == 1,
+}
+
+
+class SpecError(ValueError):
+    """plan.json does not hold an entrypoint spec; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """A serving mode (build.toml [modes.NAME]); fields as in sm120.config.Mode, in its order."""
+
+    summary: str
+    args: list[str]
+    draft: bool  # needs DRAFT_MODEL_PATH, an EAGLE-3 drafter
+    spec_num_steps: int | None
+    spec_eagle_topk: int | None
+    spec_num_draft_tokens: int | None
+
+    def __post_init__(self) -> None:
+        for name in ("spec_num_steps", "spec_eagle_topk", "spec_num_draft_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise SpecError(f".{name} is {value!r}, not an integer >= 1")
+
+
+@dataclass(frozen=True)
+class UpstreamCheckSpec:
+    """Upstream has a change when every regex in `patterns` matches the file at `path` (relative to site-packages)."""
+
+    path: str
+    patterns: list[str]
+
+
+@dataclass(frozen=True)
+class RequiredPatch:
+    """A runtime rule applies only where this patch's change is in the installed SGLang."""
+
+    patch: str
+    checks: list[UpstreamCheckSpec]
+
+
+@dataclass(frozen=True)
+class RuntimeRuleSpec:
+    name: str
+    when: list[str]  # names in CONDITIONS; every one must hold
+    env: dict[str, str]
+    args: list[str]
+    requires: RequiredPatch | None
+    reason: str
+
+    def __post_init__(self) -> None:
+        for condition in self.when:
+            if condition not in CONDITIONS:
+                raise SpecError(f".when has {condition!r} (known: {', '.join(CONDITIONS)})")
+
+
+@dataclass(frozen=True)
+class LeftOutSpec:
+    """Flags the reference run used that this track does not honour on sm_120: logged, not passed."""
+
+    args: list[str]
+    reason: str
+
+
+@dataclass(frozen=True)
+class EntrypointSpec:
+    """What the image's entrypoint reads from plan.json (its `entrypoint` key)."""
+
+    sglang_version: str
+    cuda_archs: list[str]
+    port: int
+    cache_dir: str
+    modes: dict[str, ModeSpec]
+    runtime: list[RuntimeRuleSpec]
+    left_out: list[LeftOutSpec]
+
+    def __post_init__(self) -> None:
+        if not self.modes:
+            raise SpecError(".modes is empty")
+
+
+T = TypeVar("T")
+
+
+_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "a boolean", NoneType: "null"}
+
+
+def _kind(value: Any) -> str:
+    return _NAMES.get(type(value), type(value).__name__)
+
+
+def _value(hint: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (UnionType, typing.Union):
+        if value is None and NoneType in args:
+            return None
+        (hint,) = [a for a in args if a is not NoneType]
+        return _value(hint, value, where)
+    if is_dataclass(hint):
+        return decode(hint, value, where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise SpecError(f"{where} is {_kind(value)}, not a list")
+        return [_value(args[0], item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise SpecError(f"{where} is {_kind(value)}, not an object")
+        return {key: _value(args[1], item, f"{where}.{key}") for key, item in value.items()}
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise SpecError(f"{where} is {_kind(value)}, not {_NAMES.get(hint, hint.__name__)}")
+    return value
+
+
+def decode(cls: type[T], data: Any, where: str = "entrypoint") -> T:
+    """`cls` (a dataclass of this module) from decoded JSON, strictly: every key known, every type exact (no
+    coercion); a key whose type allows null may be left out. Raises SpecError naming the key."""
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{where} is {_kind(data)}, not an object")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    unknown = [key for key in data if key not in names]
+    if unknown:
+        raise SpecError(f"{where} has the unknown key {unknown[0]!r} (known: {', '.join(names)})")
+    values = {}
+    for name in names:
+        if name in data:
+            values[name] = _value(hints[name], data[name], f"{where}.{name}")
+        elif NoneType in typing.get_args(hints[name]):
+            values[name] = None
+        else:
+            raise SpecError(f"{where}.{name} is missing")
+    try:
+        return cls(**values)
+    except SpecError as exc:
+        raise SpecError(f"{where}{exc}") from None
+
+
+def from_plan(data: Any) -> EntrypointSpec:
+    """The spec in a decoded plan.json: the whole plan, or its `entrypoint` object alone."""
+    if isinstance(data, Mapping) and "entrypoint" in data:
+        data = data["entrypoint"]
+    return decode(EntrypointSpec, data)
