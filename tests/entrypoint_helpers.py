@@ -19,6 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sm120.verify.model_configs import eagle3_draft as eagle3_draft
+from sm120.verify.model_configs import kimi_target as kimi_target
+from sm120.verify.model_configs import write_model as write_model
+
 ROOT = Path(__file__).resolve().parent.parent
 ENTRYPOINT = ROOT / "docker" / "entrypoint.py"
 
@@ -55,45 +59,6 @@ def run_entrypoint(
     return subprocess.run(
         [str(python), str(ENTRYPOINT), *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
     )
-
-
-def write_model(directory: Path, config: dict[str, Any], extra_files: dict[str, Any] | None = None) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(config, indent=1))
-    for name, content in (extra_files or {}).items():
-        (directory / name).write_text(content if isinstance(content, str) else json.dumps(content))
-    return directory
-
-
-def kimi_target(directory: Path, *, nvfp4: bool = True, architecture: str = "KimiK25ForConditionalGeneration") -> Path:
-    """A Kimi-K2.5-like target: a multimodal wrapper whose language model config is text_config."""
-    config: dict[str, Any] = {
-        "architectures": [architecture],
-        "model_type": "kimi_k25",
-        "text_config": {
-            "architectures": ["DeepseekV3ForCausalLM"],
-            "model_type": "kimi_k2",
-            "hidden_size": 7168,
-            "num_hidden_layers": 61,
-            "vocab_size": 163840,
-        },
-    }
-    if nvfp4:  # as NVIDIA's ModelOpt export writes it
-        config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
-    return write_model(directory, config)
-
-
-def eagle3_draft(directory: Path, *, architecture: str = "LlamaForCausalLMEagle3", **overrides: Any) -> Path:
-    config: dict[str, Any] = {
-        "architectures": [architecture],
-        "model_type": "llama",
-        "hidden_size": 7168,
-        "num_hidden_layers": 1,
-        "vocab_size": 163840,
-        "draft_vocab_size": 32000,
-    }
-    config.update(overrides)
-    return write_model(directory, config)
 
 
 def synthetic_plan(path: Path, *, version: str = "9.9.9", runtime=None, left_out=None, **entry: Any) -> Path:

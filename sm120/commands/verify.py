@@ -1,4 +1,4 @@
-"""`build.py verify --image TAG`: check an image against its own labels, without a GPU (tests/image/, testinfra).
+"""`build.py verify --image TAG`: check an image against its own labels, without a GPU (sm120/verify/suite/, testinfra).
 
 Exit 0 when every check passes (a check that needs a GPU is skipped with its reason), 1 when one fails (named on
 the last line), 2 for bad input (no such image, no Docker Engine, an image without this project's labels).
@@ -13,7 +13,9 @@ from ..verify import runner
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("verify", help="check an image with the testinfra suite (tests/image/)", description=__doc__)
+    p = sub.add_parser(
+        "verify", help="check an image with the testinfra suite (sm120/verify/suite/)", description=__doc__
+    )
     p.add_argument("--image", required=True, metavar="TAG", help="the image to check (a tag or an id)")
     p.add_argument("--junit", metavar="FILE", type=Path, help="also write pytest's JUnit XML report to FILE")
     p.add_argument("-k", dest="select", metavar="EXPR", help="run only the checks matching EXPR (pytest -k)")

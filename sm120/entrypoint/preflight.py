@@ -25,15 +25,29 @@ from .models import first_blocked
 NVML_LIBRARY = "libnvidia-ml.so.1"
 SHM_WARN_BYTES = 1 << 30  # 1 GiB
 NO_GPU_HINT = "run the container with --gpus all (the NVIDIA Container Toolkit must be set up on the host)"
-# Where the image's JIT caches go (set by the Dockerfile under the cache directory); checked when set.
+
+
+@dataclass(frozen=True)
+class CacheVariable:
+    """A variable the image's ENV points under the cache directory (the Dockerfile's runtime stage sets every one
+    to ${CACHE_DIR}/`under`; tests/unit/test_dockerfile.py keeps that ENV block equal to this list)."""
+
+    name: str
+    under: str  # the path below the cache directory; "" is the directory itself
+    jit: bool  # a cache something compiles into at run time: must be writable before SGLang starts
+
+
 CACHE_VARIABLES = (
-    "SM120_CACHE_DIR",
-    "XDG_CACHE_HOME",
-    "TRITON_CACHE_DIR",
-    "TORCHINDUCTOR_CACHE_DIR",
-    "TVM_FFI_CACHE_DIR",
-    "FLASHINFER_WORKSPACE_BASE",
-    "CUDA_CACHE_PATH",
+    CacheVariable("SM120_CACHE_DIR", "", jit=True),  # the entrypoint's own name for the cache directory
+    CacheVariable("XDG_CACHE_HOME", "", jit=True),
+    CacheVariable("TRITON_CACHE_DIR", "triton", jit=True),
+    CacheVariable("TORCHINDUCTOR_CACHE_DIR", "torchinductor", jit=True),
+    CacheVariable("TVM_FFI_CACHE_DIR", "tvm-ffi", jit=True),
+    CacheVariable("SGLANG_CACHE_DIR", "sglang", jit=True),
+    CacheVariable("SGLANG_JIT_CACHE_DIR", "sglang/jit", jit=True),
+    CacheVariable("FLASHINFER_WORKSPACE_BASE", "", jit=True),
+    CacheVariable("CUDA_CACHE_PATH", "nv", jit=True),
+    CacheVariable("HF_HOME", "huggingface", jit=False),  # downloads; may be a read-only mount of its own
 )
 
 
@@ -206,7 +220,11 @@ def _writable(directory: Path) -> str | None:
 
 def check_caches(cache_dir: str, environ: Mapping[str, str], log: Log) -> None:
     dirs = [(f"the JIT cache directory {cache_dir}", cache_dir)]
-    dirs += [(f"{var}={environ[var]}", environ[var]) for var in CACHE_VARIABLES if environ.get(var, "").strip()]
+    dirs += [
+        (f"{var.name}={environ[var.name]}", environ[var.name])
+        for var in CACHE_VARIABLES
+        if var.jit and environ.get(var.name, "").strip()
+    ]
     seen = set()
     for label, value in dirs:
         path = Path(value)

@@ -1,6 +1,6 @@
 """What a `verify` run found: the report the suite writes (JSON), the table the command prints, the failed checks.
 
-The suite (tests/image/conftest.py) records facts as its checks measure them (versions imported in the image's
+The suite (sm120/verify/suite/conftest.py) records facts as its checks measure them (versions imported in the image's
 Python, SASS archs per kernel library, warnings) and writes them to $SM120_VERIFY_REPORT at the end; facts a
 failed check never reached are absent and print as `?`.
 """

@@ -1,4 +1,4 @@
-"""Run the image suite (tests/image/) against one image, print what it found, and leave nothing running.
+"""Run the image suite (sm120/verify/suite/) against one image, print what it found, and leave nothing running.
 
 pytest runs in a child process with SM120_IMAGE=TAG; the containers it starts carry this run's label and are
 removed by the suite's own fixtures, and again here afterwards, whatever happened (a failed check, Ctrl-C,
@@ -21,7 +21,7 @@ from ..errors import CheckFailed, UsageError
 from . import docker_env, report
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITE = ROOT / "tests" / "image"
+SUITE = Path(__file__).resolve().parent / "suite"  # the checks, shipped with build.py
 GRACE_S = 60  # how long pytest may take to tear its containers down after Ctrl-C before it is killed
 SETTLE_S = 3.0  # after an interruption: how long no container of the run may appear before cleanup ends
 
@@ -44,7 +44,7 @@ def preflight(tag: str) -> tuple[Any, docker_env.ImageInfo]:
     except labels.LabelError as exc:
         raise UsageError(f"{tag}: {exc}") from None
     if not SUITE.is_dir():
-        raise UsageError(f"the image suite {SUITE} is missing: run build.py from a full checkout")
+        raise UsageError(f"the image suite {SUITE} is missing: reinstall build.py with its sm120 package")
     return engine, info
 
 

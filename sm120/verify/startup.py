@@ -1,4 +1,4 @@
-"""The host side of the start-up check (tier T2.5, tests/image/test_startup.py): the model configs it writes, the
+"""The host side of the start-up check (tier T2.5, sm120/verify/suite/test_startup.py): the model configs it writes, the
 decisions it reads back from SGLang, the sm_120 traps it holds them against, and the kernel-library failures.
 
 The in-image side is startup_probe.py (copied into the container, run by the image's Python). Everything here

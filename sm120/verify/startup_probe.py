@@ -1,4 +1,4 @@
-"""SGLang's real start-up path on an sm_120 persona, run INSIDE the image (tier T2.5; tests/image/test_startup.py).
+"""SGLang's real start-up path on an sm_120 persona, run INSIDE the image (T2.5; sm120/verify/suite/test_startup.py).
 
 This file is copied into a container and run by the image's Python as the image's user, without a GPU:
 

@@ -31,7 +31,8 @@ import pytest
 import requests
 from packaging.version import Version
 
-from sm120.verify import docker_env, labels
+from sm120 import labels
+from sm120.verify import docker_env
 from tests.helpers import run_build_py
 from tests.image_meta.derive import derive
 

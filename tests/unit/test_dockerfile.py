@@ -12,6 +12,7 @@ from sm120 import build_args
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120 import resources as res
+from sm120.entrypoint.preflight import CACHE_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = (ROOT / "Dockerfile").read_text()
@@ -78,3 +79,11 @@ def test_one_job_budget_split_between_stages_that_compile_together():
     alone = planmod._build_jobs(16, 1, ["flash-attn"])
     assert alone["FLASH_ATTN_MAX_JOBS"] == "16"
     assert planmod._build_jobs(1, 1, ["flash-attn", "sgl-kernel"])["SGL_KERNEL_MAX_JOBS"] == "1"
+
+
+def test_the_cache_variables_are_the_entrypoints_list():
+    """The runtime ENV points exactly the variables of CACHE_VARIABLES under ${CACHE_DIR}, each where it says."""
+    runtime = stages()["runtime"]
+    found = dict(re.findall(r"^\s+(\w+)=\$\{CACHE_DIR\}(\S*?) ?\\?$", runtime, flags=re.MULTILINE))
+    want = {var.name: f"/{var.under}" if var.under else "" for var in CACHE_VARIABLES}
+    assert found == want, "the Dockerfile's runtime ENV and sm120/entrypoint/preflight.py CACHE_VARIABLES differ"

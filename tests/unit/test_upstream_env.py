@@ -10,8 +10,8 @@ import pytest
 from packaging.markers import default_environment
 
 from sm120.errors import UsageError
+from sm120.verify import sgl_kernel_standin as upstream_stubs
 from tests.upstream import env as upstream_env
-from tests.upstream import stubs as upstream_stubs
 
 ENV = {**default_environment(), "python_version": "3.11", "sys_platform": "linux", "platform_machine": "x86_64"}
 

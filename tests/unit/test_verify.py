@@ -164,10 +164,10 @@ def test_junit_outcome(tmp_path: Path):
     xml = tmp_path / "j.xml"
     xml.write_text(
         '<testsuites><testsuite name="pytest">'
-        '<testcase classname="tests.image.test_hygiene" name="test_a"/>'
-        '<testcase classname="tests.image.test_hygiene" name="test_b"><failure message="x"/></testcase>'
-        '<testcase classname="tests.image.test_jit" name="test_c"><error message="y"/></testcase>'
-        '<testcase classname="tests.image.test_gpu" name="test_d"><skipped message="no GPU"/></testcase>'
+        '<testcase classname="sm120.verify.suite.test_hygiene" name="test_a"/>'
+        '<testcase classname="sm120.verify.suite.test_hygiene" name="test_b"><failure message="x"/></testcase>'
+        '<testcase classname="sm120.verify.suite.test_jit" name="test_c"><error message="y"/></testcase>'
+        '<testcase classname="sm120.verify.suite.test_gpu" name="test_d"><skipped message="no GPU"/></testcase>'
         "</testsuite></testsuites>"
     )
     out = report.junit_outcome(xml)

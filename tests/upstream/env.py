@@ -44,6 +44,7 @@ from packaging.version import InvalidVersion, Version
 from sm120 import config as cfg
 from sm120 import pypi
 from sm120.errors import CheckFailed, UsageError
+from sm120.verify.behaviour import SGL_KERNEL_STANDIN, SNIPPET_PRELUDE
 
 # Bump when the way a venv is built changes: every cached venv is then rebuilt once.
 SCHEMA = 1
@@ -78,8 +79,6 @@ DEPENDENCIES: tuple[str, ...] = (
     "tqdm",
     "transformers",
 )
-
-STUBS_FILE = Path(__file__).with_name("stubs.py")
 
 
 class UpstreamEnvError(CheckFailed):
@@ -320,24 +319,6 @@ class SnippetError(CheckFailed):
         self.stderr = stderr
 
 
-_PRELUDE = """
-import json as _json, os as _os, sys as _sys
-for _p in reversed({pythonpath!r}):
-    _sys.path.insert(0, _p)
-if {stubs!r}:
-    import importlib.util as _ilu
-    _spec = _ilu.spec_from_file_location("sm120_upstream_stubs", {stubs_file!r})
-    sm120_upstream_stubs = _ilu.module_from_spec(_spec)
-    _sys.modules["sm120_upstream_stubs"] = sm120_upstream_stubs
-    _spec.loader.exec_module(sm120_upstream_stubs)
-    sm120_upstream_stubs.install()
-
-def emit(obj):
-    with open(_os.environ["SM120_RESULT"], "w") as _f:
-        _json.dump(obj, _f)
-"""
-
-
 def run_snippet(
     python: Path | str,
     code: str,
@@ -350,12 +331,12 @@ def run_snippet(
     """Run `code` in `python` (isolated mode, a scratch cwd) and return what it passed to `emit(obj)`.
 
     `pythonpath` entries go first on sys.path (e.g. a patched source tree that must shadow the venv's
-    sglang). With `stubs`, the sgl_kernel stand-in (tests/upstream/stubs.py) is installed first and
+    sglang). With `stubs`, the sgl_kernel stand-in (sm120/verify/sgl_kernel_standin.py) is installed first and
     available to the code as `sm120_upstream_stubs`. Raises SnippetError with the tail of stderr when the
     code fails; returns None when it never called emit.
     """
-    prelude = _PRELUDE.format(
-        pythonpath=[str(Path(p).resolve()) for p in pythonpath], stubs=stubs, stubs_file=str(STUBS_FILE)
+    prelude = SNIPPET_PRELUDE.format(
+        pythonpath=[str(Path(p).resolve()) for p in pythonpath], stubs=stubs, stubs_file=str(SGL_KERNEL_STANDIN)
     )
     source = prelude + "\n" + textwrap.dedent(code)
     with tempfile.TemporaryDirectory(prefix="sm120-snippet-") as scratch:

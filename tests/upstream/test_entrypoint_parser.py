@@ -192,7 +192,7 @@ def test_left_out_flags_are_real_options(sglang_python, env, request):
 
 # Issue 15: what the real parsers would take but the checks would not see, or values that parse but cannot work.
 # Only the cases that need a real release (each one that reaches the parser imports SGLang: seconds); the rest
-# are T0 (tests/unit/test_entrypoint_bad_input.py) and T2 (tests/image/test_entrypoint.py).
+# are T0 (tests/unit/test_entrypoint_bad_input.py) and T2 (sm120/verify/suite/test_entrypoint.py).
 # id, tracks, entrypoint arguments, environment changes (CONFIG_FILE: a --config YAML written first), expected
 NEWEST = TRACKS[-1]
 BAD_INPUT: list[tuple[str, list[str], list[str], dict[str, str], list[str]]] = [

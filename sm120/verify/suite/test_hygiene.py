@@ -109,7 +109,7 @@ report(procs)
 
 
 def _processes(container) -> list[dict]:
-    from tests.image.conftest import MARK, last_json
+    from sm120.verify.suite.conftest import MARK, last_json
 
     code = f"def report(obj):\n    import json\n    print({MARK!r} + json.dumps(obj))\n{PROCESSES}"
     result = container.exec_run(["python3", "-c", code])

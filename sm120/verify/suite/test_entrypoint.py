@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from sm120.entrypoint.spec import PLAN_JSON_PATH
-from sm120.verify import docker_env
-from tests import entrypoint_helpers as eh
+from sm120.verify import docker_env, model_configs
 
 MODELS = "/tmp/sm120-verify/models"
 TARGET, DRAFT = f"{MODELS}/target", f"{MODELS}/draft"
@@ -22,8 +21,8 @@ TARGET, DRAFT = f"{MODELS}/target", f"{MODELS}/draft"
 def models(box, image_uid, tmp_path_factory) -> dict[str, str]:
     """A Kimi-K2.5-like target and an EAGLE-3 drafter (the unit tests' stand-ins), copied into the container."""
     local = tmp_path_factory.mktemp("models")
-    eh.kimi_target(local / "target")
-    eh.eagle3_draft(local / "draft")
+    model_configs.kimi_target(local / "target")
+    model_configs.eagle3_draft(local / "draft")
     files = {
         f"sm120-verify/models/{d}/config.json": (local / d / "config.json").read_text() for d in ("target", "draft")
     }

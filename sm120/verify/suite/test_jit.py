@@ -9,18 +9,8 @@ from pathlib import PurePosixPath
 
 import pytest
 
+from sm120.entrypoint.preflight import CACHE_VARIABLES
 from sm120.verify import docker_env, elf
-
-# Every JIT cache the image points under its cache directory (the Dockerfile's runtime ENV).
-CACHE_VARIABLES = (
-    "TRITON_CACHE_DIR",
-    "TORCHINDUCTOR_CACHE_DIR",
-    "TVM_FFI_CACHE_DIR",
-    "FLASHINFER_WORKSPACE_BASE",
-    "CUDA_CACHE_PATH",
-    "XDG_CACHE_HOME",
-    "HF_HOME",
-)
 
 
 def _cc(arch: str) -> str:
@@ -37,11 +27,12 @@ def test_cache_directory_is_a_volume_owned_by_the_user(image, expect, host):
     assert not d.mode & 0o002, f"{expect.cache_dir} is world-writable ({oct(d.mode)})"
 
 
-@pytest.mark.parametrize("variable", CACHE_VARIABLES)
-def test_jit_cache_variable_points_into_the_cache_volume_and_is_writable(variable: str, image, expect, host):
-    value = image.env.get(variable)
+@pytest.mark.parametrize("cache", CACHE_VARIABLES, ids=[var.name for var in CACHE_VARIABLES])
+def test_jit_cache_variable_points_into_the_cache_volume_and_is_writable(cache, image, expect, host):
+    variable, value = cache.name, image.env.get(cache.name)
     assert value, f"the image does not set {variable}"
-    assert PurePosixPath(value).is_relative_to(expect.cache_dir), f"{variable}={value} is outside {expect.cache_dir}"
+    want = str(PurePosixPath(expect.cache_dir, cache.under))
+    assert value == want, f"{variable}={value}, not {want} (sm120/entrypoint/preflight.py CACHE_VARIABLES)"
     probe = f"{value}/.sm120-verify-write-test"
     result = host.run(f"mkdir -p {shlex.quote(value)} && echo ok > {shlex.quote(probe)} && rm {shlex.quote(probe)}")
     assert result.rc == 0, f"{variable}={value} is not writable by {expect.user}: {result.stderr.strip()}"

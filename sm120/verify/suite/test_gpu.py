@@ -34,7 +34,7 @@ def test_kernels_run_on_the_gpu(start, image, expect):
         )
     import docker.types
 
-    from tests.image.conftest import MARK, last_json
+    from sm120.verify.suite.conftest import MARK, last_json
 
     if GPUS == "all":
         request = docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])

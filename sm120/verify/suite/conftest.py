@@ -1,7 +1,7 @@
 """T2 image suite: pytest + testinfra against containers of one image, expectations read from its labels.
 
     python3 build.py verify --image TAG           # the way to run it (prints a table, cleans up after itself)
-    SM120_IMAGE=TAG pytest tests/image            # the same checks, plain pytest
+    SM120_IMAGE=TAG pytest sm120/verify/suite            # the same checks, plain pytest
 
 Without SM120_IMAGE every check is skipped. Containers run without network and carry the label
 `sglang-sm120.verify=<run id>`; each fixture removes its own, and `build.py verify` removes any left over.
@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 import testinfra
 
-from sm120.verify import docker_env, labels, report
+from sm120 import labels
+from sm120.verify import docker_env, report
 
 IMAGE = os.environ.get("SM120_IMAGE", "").strip()
 RUN_ID = os.environ.get("SM120_VERIFY_RUN") or docker_env.new_run_id()
@@ -76,7 +77,7 @@ def image(dc) -> docker_env.ImageInfo:
     except docker_env.NoSuchImage as exc:
         pytest.fail(str(exc), pytrace=False)
     REPORT.image_id, REPORT.size = info.id, info.size
-    REPORT.profile = info.labels.get(f"{labels.NS}.profile", "")
+    REPORT.profile = info.labels.get(f"{labels.namespace()}.profile", "")
     return info
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sm120.verify import docker_env, elf
-from tests.image.conftest import REPORT
+from sm120.verify.suite.conftest import REPORT
 
 LIST_EXTENSIONS = """
 import importlib.metadata as md, os

@@ -38,7 +38,7 @@ import pytest
 
 from sm120 import config as cfg
 from sm120.verify import docker_env, persona, startup
-from tests.image.conftest import REPORT, last_json
+from sm120.verify.suite.conftest import REPORT, last_json
 
 WORK = "/tmp/sm120-startup"
 MODELS = f"{WORK}/models"

@@ -9,9 +9,15 @@ import pytest
 from packaging.version import Version
 
 from sm120.verify import docker_env
-from tests.image.conftest import IMAGE, REPORT
-from tests.upstream import env as upstream_env
-from tests.upstream.test_patches_upstream import INKLING_OFF, KIMI_SNIPPET, SYMM_SNIPPET, assert_kimi_delegates
+from sm120.verify.behaviour import (
+    INKLING_OFF,
+    KIMI_SNIPPET,
+    SGL_KERNEL_STANDIN,
+    SNIPPET_PRELUDE,
+    SYMM_SNIPPET,
+    assert_kimi_delegates,
+)
+from sm120.verify.suite.conftest import IMAGE, REPORT
 
 # Import name -> distribution name whose metadata must agree (sgl_kernel's comes from the label).
 DISTRIBUTIONS = {"torch": "torch", "sglang": "sglang", "flashinfer": "flashinfer-python", "flash_attn": "flash-attn"}
@@ -111,9 +117,10 @@ def test_sgl_kernel_imports(probe, expect):
 
 
 # ---------------------------------------------------------------------------------------------------
-# The SGLang patches, by behaviour: the T1 snippets (tests/upstream/test_patches_upstream.py) run in the image's
-# own interpreter on its installed SGLang, with the same test-only stand-in for sgl_kernel (tests/upstream/stubs.py;
-# the kernels cannot load without a GPU driver, and the patched code never calls one).
+# The SGLang patches, by behaviour: the snippets the T1 tests run on the releases (sm120/verify/behaviour.py) run in
+# the image's own interpreter on its installed SGLang, with the same stand-in for sgl_kernel
+# (sm120/verify/sgl_kernel_standin.py; the kernels cannot load without a GPU driver, and the patched code never
+# calls one).
 # ---------------------------------------------------------------------------------------------------
 
 STUBS_PATH = "/tmp/sm120-verify/upstream_stubs.py"
@@ -156,9 +163,9 @@ NOT_SGLANG = {"flash-attn-kernel-subset": "test_kernels.py::test_flash_attn_kern
 
 @pytest.fixture(scope="session")
 def snippets(box, py, image_uid) -> dict:
-    stubs = upstream_env.STUBS_FILE.read_text()
+    stubs = SGL_KERNEL_STANDIN.read_text()
     docker_env.copy_in(box, {"sm120-verify/upstream_stubs.py": stubs}, "/tmp", uid=image_uid)
-    prelude = upstream_env._PRELUDE.format(pythonpath=[], stubs=True, stubs_file=STUBS_PATH)
+    prelude = SNIPPET_PRELUDE.format(pythonpath=[], stubs=True, stubs_file=STUBS_PATH)
     code = (
         prelude
         + f"\nSNIPPETS = {dict((name, snippet) for name, (snippet, _) in BEHAVIOUR.items())!r}\n"
@@ -171,7 +178,7 @@ def snippets(box, py, image_uid) -> dict:
 
 def test_every_labelled_patch_has_a_behaviour_check(expect):
     unknown = [p.name for p in expect.patches if p.name not in BEHAVIOUR and p.name not in NOT_SGLANG]
-    assert not unknown, f"no behaviour check in tests/image for the labelled patch(es) {unknown}: add one"
+    assert not unknown, f"no behaviour check in sm120/verify/suite for the labelled patch(es) {unknown}: add one"
 
 
 @pytest.mark.parametrize("patch", sorted(BEHAVIOUR))
