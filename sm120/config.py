@@ -128,10 +128,8 @@ class Fixup(_Strict):
     reason: str = Field(min_length=1)
 
 
-# When a runtime rule applies (all listed conditions must hold): "nvfp4" = the target is a ModelOpt NVFP4
-# checkpoint (what SGLang calls modelopt_fp4 / modelopt_mixed); "tp>1" = tensor parallelism over several GPUs;
-# "single-node" = NNODES is 1.
-# The conditions' names and meaning live with the entrypoint that judges them (sm120/entrypoint/spec.py).
+# When a runtime rule applies (all listed conditions must hold): the conditions' names and meaning live with the
+# entrypoint that judges them (sm120/entrypoint/spec.py CONDITIONS).
 RuleCondition = Literal[tuple(CONDITIONS)]  # type: ignore[valid-type]
 
 

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -29,11 +28,6 @@ ENTRYPOINT = ROOT / "docker" / "entrypoint.py"
 SYMM_MEM_CHECKS = [
     {"path": "sglang/srt/distributed/device_communicators/all_reduce_utils.py", "patterns": [r"^\s*12: \{"]},
 ]
-
-
-def entrypoint_module(name: str) -> Any:
-    """A module of the entrypoint package (sm120/entrypoint/), imported in this process for unit tests."""
-    return importlib.import_module(f"sm120.entrypoint.{name}")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -30,8 +30,9 @@ class RuleFacts:
 # A rule applies when all its conditions hold; None means "cannot tell" (the rule is then not applied).
 CONDITIONS: dict[str, Callable[[RuleFacts], bool | None]] = {
     "always": lambda facts: True,
+    # the target is a ModelOpt NVFP4 checkpoint (what SGLang calls modelopt_fp4 / modelopt_mixed)
     "nvfp4": lambda facts: facts.nvfp4,
-    "tp>1": lambda facts: facts.tp > 1,
+    "tp>1": lambda facts: facts.tp > 1,  # tensor parallelism over several GPUs
     "single-node": lambda facts: facts.nnodes == 1,
 }
 

@@ -12,7 +12,7 @@ import pytest
 
 from sm120 import config as cfg
 from sm120 import plan as planmod
-from tests import entrypoint_helpers as eh
+from sm120.entrypoint import command, preflight
 from tests.compose.conftest import (
     _ASSIGNMENT,
     COMPOSE_FILE,
@@ -45,11 +45,11 @@ def resolved(compose, tmp_path: Path, values: dict[str, str] | None = None, file
 def entrypoint_variables() -> set[str]:
     """Every variable the entrypoint reads: the sources' environ["X"] / environ.get("X") / _env(environ, "X"), its
     variable table, the cache directories it checks, and the variables of every track's runtime rules."""
-    command = eh.entrypoint_module("command")
-    preflight = eh.entrypoint_module("preflight")
-    names = {v.name for v in command.VARIABLES} | set(preflight.CACHE_VARIABLES)
+    names = {v.name for v in command.VARIABLES} | {v.name for v in preflight.CACHE_VARIABLES if v.jit}
     read = re.compile(r"""environ(?:\.get\(|\[|,\s*)\s*["']([A-Z][A-Z0-9_]*)["']""")
-    for path in [*sorted((ROOT / "docker").glob("entrypoint/**/*.py")), ROOT / "docker" / "entrypoint.py"]:
+    sources = sorted((ROOT / "sm120" / "entrypoint").glob("**/*.py"))
+    assert len(sources) > 10, "the entrypoint's sources are not where this scan looks"
+    for path in [*sources, ROOT / "docker" / "entrypoint.py"]:
         names |= set(read.findall(path.read_text()))
     config = cfg.load()
     for track in config.tracks:

@@ -7,23 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from sm120.entrypoint import command, errors, models, options, rules, sglang_source
+from sm120.entrypoint import presets as presets_mod
 from tests.entrypoint_helpers import (
     SYMM_MEM_CHECKS,
     eagle3_draft,
-    entrypoint_module,
     fake_sglang,
     kimi_target,
     synthetic_plan,
     write_model,
 )
 
-options = entrypoint_module("options")
-command = entrypoint_module("command")
-presets_mod = entrypoint_module("presets")
-rules = entrypoint_module("rules")
-models = entrypoint_module("models")
-errors = entrypoint_module("errors")
-sglang_source = entrypoint_module("sglang_source")
 UsageError = errors.UsageError
 
 

@@ -7,12 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.entrypoint_helpers import eagle3_draft, entrypoint_module, fake_sglang, kimi_target, write_model
-
-models = entrypoint_module("models")
-options = entrypoint_module("options")
-sglang_source = entrypoint_module("sglang_source")
-UsageError = entrypoint_module("errors").UsageError
+from sm120.entrypoint import models, options, sglang_source
+from sm120.entrypoint.errors import UsageError
+from tests.entrypoint_helpers import eagle3_draft, fake_sglang, kimi_target, write_model
 
 
 def open_dir(path: Path, source: str = "MODEL_PATH"):

@@ -11,10 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.entrypoint_helpers import entrypoint_module, fake_nvidia_smi
+from sm120.entrypoint import errors, preflight
+from tests.entrypoint_helpers import fake_nvidia_smi
 
-preflight = entrypoint_module("preflight")
-errors = entrypoint_module("errors")
 UsageError = errors.UsageError
 
 RTX_PRO = "NVIDIA RTX PRO 6000 Blackwell Server Edition"

@@ -18,6 +18,7 @@ from packaging.version import Version
 
 from sm120 import config as cfg
 from sm120 import patching
+from sm120.entrypoint.sglang_source import InstalledSGLang
 from tests.entrypoint_helpers import (
     clean_env,
     eagle3_draft,
@@ -233,9 +234,7 @@ def test_bad_input_against_the_real_parser(sglang_python, env, tmp_path, args, c
 def test_the_installed_option_list_is_read_from_server_args(sglang_python):
     """The list abbreviations are refused against, read from the installed files without importing SGLang."""
     site = next(p for p in sglang_python.parent.parent.glob("lib/python*/site-packages") if (p / "sglang").is_dir())
-    from tests.entrypoint_helpers import entrypoint_module
-
-    options = entrypoint_module("sglang_source").InstalledSGLang(site / "sglang").options()
+    options = InstalledSGLang(site / "sglang").options()
     if Version(str(sglang_python.parent.parent.parent.name)) < Version("0.5.10"):
         assert {"--model-path", "--tp-size", "--node-rank", "--speculative-algorithm", "--config"} <= options
         assert len(options) > 250
