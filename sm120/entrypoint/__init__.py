@@ -1,9 +1,10 @@
 """The container entrypoint, one module per concern (standard library only: it runs in the image as is).
 
 invocation     the entrypoint's own arguments: mode, --dry-run, --help, `--`, a program on PATH
-presets        the plan baked into the image (/etc/sglang-sm120/plan.json, or $SM120_PLAN)
+spec           plan.json's `entrypoint` key: the classes the build writes it with and this package reads it into
+presets        loads the plan baked into the image (spec.PLAN_JSON_PATH, or $SM120_PLAN)
 options        SGLang options as items with a source, and the precedence preset < environment < `--`
-command        the environment variables -> the SGLang command; effective values, validated
+assemble       presets + environment variables + `--` -> the SGLang command (options.Command); effective values
 models         model directories: config.json, the EAGLE-3 drafter, NVFP4 detection
 sglang_source  what the installed SGLang has, read from its files without importing it
 rules          build.toml's runtime rules (what sm_120 needs) and the flags left out

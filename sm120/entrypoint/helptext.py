@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from .command import VARIABLES
+from .assemble import VARIABLES
 from .errors import UsageError
 from .spec import EntrypointSpec
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from . import (
-    command,
+    assemble,
     errors,
     helptext,
     invocation,
@@ -51,7 +51,7 @@ def _shell_line(argv: list[str], env: Mapping[str, str]) -> str:
 
 
 def _check_models(
-    effective: command.Effective, installed: sglang_source.InstalledSGLang | None, log: Log
+    effective: assemble.Effective, installed: sglang_source.InstalledSGLang | None, log: Log
 ) -> models.Model:
     target = models.open_model(effective.model)
     log.note(f"target model: {models.describe(target)}")
@@ -116,10 +116,10 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         except OSError as exc:
             raise ImageError(f"cannot start {final[0]}: {exc.strerror or exc}") from None
 
-    cmd = command.build(spec, request.mode, environ, request.sglang_args, log)
+    cmd = assemble.build(spec, request.mode, environ, request.sglang_args, log)
     installed = sglang_source.locate()
     options.check_spelling(cmd, installed.options() if installed else (), installed.version if installed else None)
-    effective = command.effective(cmd, request.mode, mode, log)
+    effective = assemble.effective(cmd, request.mode, mode, log)
     port = cmd.last("--port")
     if port is not None and port.source not in ("PORT", "default") and environ.get("PORT", "").strip() != port.value:
         log.warn(f"{port.label()}: the image's HEALTHCHECK reads PORT; set PORT={port.value} instead of --port")
@@ -137,7 +137,7 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         preflight.check_gpus(gpus, effective.gpus_per_node, what, spec.cuda_archs, log)
         preflight.check_shm(effective.gpus_per_node, log)
         preflight.check_caches(environ.get("SM120_CACHE_DIR") or spec.cache_dir, environ, log)
-    relied_on = set(options.RELIED_ON) | set(command.INTEGERS)
+    relied_on = set(options.RELIED_ON) | set(assemble.INTEGERS)
     relied_on |= {options.canonical(a) for r in spec.runtime for a in r.args if options.is_option(a)}
     relied_on |= {options.canonical(a) for r in spec.left_out for a in r.args if options.is_option(a)}
     outcome = parser_check.check(cmd, installed is not None, environ, log, relied_on)

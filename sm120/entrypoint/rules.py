@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .command import Effective
+from .assemble import Effective
 from .errors import Log, UsageError, show
 from .models import NVFP4_METHODS
 from .options import Command, canonical, group

@@ -12,7 +12,7 @@ import pytest
 
 from sm120 import config as cfg
 from sm120 import plan as planmod
-from sm120.entrypoint import command, preflight
+from sm120.entrypoint import assemble, preflight
 from tests.compose.conftest import (
     _ASSIGNMENT,
     COMPOSE_FILE,
@@ -45,7 +45,7 @@ def resolved(compose, tmp_path: Path, values: dict[str, str] | None = None, file
 def entrypoint_variables() -> set[str]:
     """Every variable the entrypoint reads: the sources' environ["X"] / environ.get("X") / _env(environ, "X"), its
     variable table, the cache directories it checks, and the variables of every track's runtime rules."""
-    names = {v.name for v in command.VARIABLES} | {v.name for v in preflight.CACHE_VARIABLES if v.jit}
+    names = {v.name for v in assemble.VARIABLES} | {v.name for v in preflight.CACHE_VARIABLES if v.jit}
     read = re.compile(r"""environ(?:\.get\(|\[|,\s*)\s*["']([A-Z][A-Z0-9_]*)["']""")
     sources = sorted((ROOT / "sm120" / "entrypoint").glob("**/*.py"))
     assert len(sources) > 10, "the entrypoint's sources are not where this scan looks"
