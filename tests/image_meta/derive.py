@@ -6,6 +6,8 @@ names every layer, but reads a layer's file only when the engine does not have t
 image/tarexport/load.go), so an archive of the base's configuration with one more layer, and that layer's tar
 alone, makes the derived image: the base's layers are shared, nothing is started or committed. The new layer is
 what a build would have committed: files added (owner root) and OCI whiteouts (`.wh.NAME`) for files removed.
+`config` sets keys of the image's container configuration, what a Dockerfile's USER or LABEL would have changed;
+with no base (`base=None`, a Dockerfile's `FROM scratch`) the image is that configuration and the one layer.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import json
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
 
 import docker
 
@@ -40,33 +44,45 @@ def layer(add: Mapping[str, tuple[bytes, int]] | None = None, remove: Sequence[s
 
 def derive(
     dc: docker.DockerClient,
-    base: str,
+    base: str | None,
     tag: str,
     *,
     add: Mapping[str, tuple[bytes, int]] | None = None,
     remove: Sequence[str] = (),
+    config: Mapping[str, Any] | None = None,
     why: str = "sm120 meta-test",
 ) -> str:
-    """`tag` = `base` + one layer (see `layer`), loaded into the engine; returns `tag`."""
-    attrs = dc.images.get(base).attrs
+    """`tag` = `base` (None: scratch) + one layer (see `layer`), with `config` over the base's container
+    configuration (e.g. {"User": "root"}), loaded into the engine; returns `tag`."""
+    if base is None:
+        now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+        attrs = {
+            "Architecture": dc.version()["Arch"],
+            "Os": "linux",
+            "Created": now,
+            "Config": {},
+            "RootFS": {"Layers": []},
+        }
+    else:
+        attrs = dc.images.get(base).attrs
     new = layer(add, remove)
     diff_ids = [*attrs["RootFS"]["Layers"], "sha256:" + hashlib.sha256(new).hexdigest()]
-    config = json.dumps(
+    image_config = json.dumps(
         {
             "architecture": attrs["Architecture"],
             "os": attrs["Os"],
             "created": attrs["Created"],
-            "config": attrs["Config"],
+            "config": {**(attrs["Config"] or {}), **(config or {})},
             "rootfs": {"type": "layers", "diff_ids": diff_ids},
             "history": [{"created": attrs["Created"], "created_by": why}],
         }
     ).encode()
-    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    config_name = hashlib.sha256(image_config).hexdigest() + ".json"
     layers = [f"base-{i}/layer.tar" for i in range(len(diff_ids) - 1)] + ["new/layer.tar"]  # only the last is here
     manifest = json.dumps([{"Config": config_name, "RepoTags": [tag], "Layers": layers}]).encode()
     archive = io.BytesIO()
     with tarfile.open(fileobj=archive, mode="w") as tar:
-        for name, data in ((config_name, config), ("manifest.json", manifest), ("new/layer.tar", new)):
+        for name, data in ((config_name, image_config), ("manifest.json", manifest), ("new/layer.tar", new)):
             _add(tar, name, data)
     dc.images.load(archive.getvalue())
     return tag

@@ -1,5 +1,5 @@
 """T2: `build.py verify` itself. It passes on the image named by SM120_IMAGE (printing sm_120 for each kernel library),
-fails, naming the check, on images derived from it that break one rule each (one small layer, built here and
+fails, naming the check, on images derived from it that break one rule each (one small layer, loaded here and
 removed), stops and cleans up on Ctrl-C, and refuses bad input with exit 2.
 
     SM120_IMAGE=sglang-sm120:0.5.9-cu13.0.1-offline pytest -m image tests/image_meta
@@ -7,13 +7,11 @@ removed), stops and cleans up on Ctrl-C, and refuses bad input with exit 2.
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +23,7 @@ from sm120 import config as cfg
 from sm120 import labels, patching, pypi
 from sm120.verify import docker_env, report
 from tests.helpers import ROOT, run_build_py
+from tests.image_meta.derive import derive
 
 IMAGE = os.environ.get("SM120_IMAGE", "").strip()
 pytestmark = [pytest.mark.image, pytest.mark.docker]
@@ -35,31 +34,31 @@ def leftover(dc) -> list[str]:
     return [(c.get("Names") or [c["Id"]])[0] for c in docker_env.run_containers(dc)]
 
 
-Files = dict[str, "bytes | tuple[bytes, int]"]
+Files = dict[str, tuple[bytes, int]]
 
 
-def build_image(dc, dockerfile: str, tag: str, files: Files | None = None) -> None:
-    """A small image with the Docker Engine's own builder (the legacy one: no BuildKit, nothing pulled); `files`
-    (name -> content, or (content, mode): COPY keeps the mode) form the build context beside the Dockerfile.
-    COPY rather than RUN: no container to start and commit, so a derived image takes seconds."""
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, value in {"Dockerfile": dockerfile.encode(), **(files or {})}.items():
-            data, mode = value if isinstance(value, tuple) else (value, 0o644)
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), mode
-            tar.addfile(info, io.BytesIO(data))
-    context.seek(0)
-    dc.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True, pull=False)
+def followed(dc, image: str, add: Files) -> Files:
+    """`add` with each file's directory as the image resolves it (`readlink -m` in a throw-away container): a COPY
+    follows the image's links (/usr/local/cuda -> cuda-13.0, its lib64 -> targets/x86_64-linux/lib), where a layer's
+    own directory of that name would hide the link and all behind it."""
+    dirs = sorted({path.rpartition("/")[0] for path in add})
+    out = dc.containers.run(image, entrypoint=["readlink", "-m", *dirs], network_mode="none", remove=True, user="root")
+    real = dict(zip(dirs, out.decode().split(), strict=True))
+    return {f"{real[d]}/{name}": value for path, value in add.items() for d, _, name in [path.rpartition("/")]}
 
 
 @pytest.fixture
 def derived(dc) -> Iterator:
+    """derived(base, add={path: (bytes, mode)}, remove=[paths], config={key: value}) -> the tag of `base` (None:
+    scratch) plus that one layer and configuration (tests/image_meta/derive.py: `docker load`, well under a
+    second, nothing committed; the added files' directories resolved in the image first, see `followed`); the
+    tags are removed after the test."""
     made: list[str] = []
 
-    def make(dockerfile: str, files: Files | None = None) -> str:
-        tag = f"sm120-verify-test:{uuid.uuid4().hex[:10]}"
-        build_image(dc, dockerfile, tag, files)
+    def make(base: str | None, add: Files | None = None, **change) -> str:
+        if base and add:
+            add = followed(dc, base, add)
+        tag = derive(dc, base, f"sm120-verify-test:{uuid.uuid4().hex[:10]}", add=add, **change)
         made.append(tag)
         return tag
 
@@ -92,14 +91,18 @@ def test_verify_passes_on_the_image(dc, tmp_path: Path):
     print(f"verify on {IMAGE}: {took:.0f} s")
 
 
-# One rule broken per image: (Dockerfile lines after FROM, build context, the -k selection, the check to name).
-# (A world-writable file is caught the same way; it is left out here to keep `./dev test` under ten minutes on a
-# warm cache: each derived image costs ~40 s of layer commit on this machine's storage driver.)
+# One rule broken per image: (the change, as `derive` keywords, the -k selection, the check to name). `USER root`
+# is the configuration's User; a static CUDA library is one file added (what `COPY` would have committed).
+# (A world-writable file is caught the same way; it is left out here to keep `./dev test` short: each case is one
+# more `build.py verify` run.)
 BROKEN = {
-    "root-user": ("USER root", {}, "test_runs_as", "test_hygiene::test_runs_as_the_labelled_non_root_user"),
+    "root-user": (
+        {"config": {"User": "root"}},
+        "test_runs_as",
+        "test_hygiene::test_runs_as_the_labelled_non_root_user",
+    ),
     "static-library": (
-        "COPY libcublas_static.a /usr/local/cuda/lib64/libcublas_static.a",
-        {"libcublas_static.a": b"!<arch>\n"},
+        {"add": {"/usr/local/cuda/lib64/libcublas_static.a": (b"!<arch>\n", 0o644)}},
         "test_no_devel_only_parts or test_runs_as",
         "test_jit::test_no_devel_only_parts",
     ),
@@ -109,8 +112,8 @@ BROKEN = {
 @needs_image
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_verify_fails_naming_the_broken_check(case: str, dc, derived):
-    change, files, select, check = BROKEN[case]
-    tag = derived(f"FROM {IMAGE}\n{change}\n", files)
+    change, select, check = BROKEN[case]
+    tag = derived(IMAGE, **change)
     proc = run_build_py("verify", "--image", tag, "-k", select)
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -129,10 +132,7 @@ def test_verify_fails_when_a_patch_is_not_in_force(dc, derived):
     if patching.upstream_has(cfg.load().patches["kimi-k25-eagle3-delegation"], published.parents[3]):
         pytest.skip(f"SGLang {expect.sglang} has the delegation upstream: there is no unpatched file to put back")
     site = f"/opt/venv/lib/python{expect.python}/site-packages"
-    tag = derived(
-        f"FROM {IMAGE}\nCOPY kimi_k25.py {site}/sglang/srt/models/kimi_k25.py\n",
-        {"kimi_k25.py": published.read_bytes()},
-    )
+    tag = derived(IMAGE, add={f"{site}/sglang/srt/models/kimi_k25.py": (published.read_bytes(), 0o644)})
     proc = run_build_py("verify", "--image", tag, "-k", "test_patch_is_in_force")
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -176,7 +176,7 @@ def test_no_such_image_is_exit_2_in_one_line(dc):
 
 
 def test_an_image_without_the_projects_labels_is_exit_2(dc, derived):
-    tag = derived("FROM scratch\nLABEL org.example.purpose=sm120-verify-test\n")
+    tag = derived(None, config={"Labels": {"org.example.purpose": "sm120-verify-test"}})
     proc = run_build_py("verify", "--image", tag)
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
