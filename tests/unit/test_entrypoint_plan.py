@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,49 @@ def test_two_rules_with_one_name(tmp_path):
     path = copy_config(tmp_path, lambda s: s.replace('name = "torch-symm-mem"', 'name = "no-jit-deepgemm"', 1))
     with pytest.raises(UsageError, match=re.escape("two runtime rules of track 0.5.9 are named 'no-jit-deepgemm'")):
         entry("0.5.9", cfg.load(path))
+
+
+def _spec_data() -> dict:
+    return json.loads(json.dumps(entry("0.5.9")))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda e: e.update(extra=1), "entrypoint has the unknown key 'extra'"),
+        (lambda e: e.update(port=True), "entrypoint.port is a boolean, not an integer"),
+        (lambda e: e.update(port=3.0e4), "entrypoint.port is float, not an integer"),
+        (lambda e: e.update(cuda_archs="12.0"), "entrypoint.cuda_archs is a string, not a list"),
+        (lambda e: e.update(sglang_version=None), "entrypoint.sglang_version is null, not a string"),
+        (lambda e: e.pop("left_out"), "entrypoint.left_out is missing"),
+        (lambda e: e["modes"]["eagle3"].update(spec_eagle_topk=0), "entrypoint.modes.eagle3.spec_eagle_topk is 0"),
+        (lambda e: e["runtime"][0].update(when=["tp>2"]), r"entrypoint.runtime\[0\].when has 'tp>2'"),
+        (lambda e: e["runtime"][0]["env"].update(X=1), r"entrypoint.runtime\[0\].env.X is an integer, not a string"),
+    ],
+)
+def test_the_spec_reader_refuses_what_the_plan_cannot_write(edit, message):
+    """`spec.decode` is strict both ways: no coercion, no unknown keys, the classes' own checks (conditions, bounds)."""
+    data = _spec_data()
+    edit(data)
+    with pytest.raises(spec.SpecError, match=message):
+        spec.from_plan({"entrypoint": data})
+
+
+def test_the_spec_reader_lets_nullable_keys_be_left_out():
+    data = _spec_data()
+    del data["modes"]["baseline"]["spec_num_steps"]
+    for rule in data["runtime"]:
+        rule.pop("requires")
+    read = spec.from_plan(data)  # the `entrypoint` object alone is accepted too
+    assert read.modes["baseline"].spec_num_steps is None and all(r.requires is None for r in read.runtime)
+
+
+def test_the_conditions_build_toml_accepts_are_the_ones_the_entrypoint_judges():
+    assert typing.get_args(cfg.RuleCondition) == tuple(spec.CONDITIONS)
+    facts = spec.RuleFacts(tp=8, nnodes=1, nvfp4=None)
+    assert {name: judge(facts) for name, judge in spec.CONDITIONS.items()} == {
+        "always": True,
+        "nvfp4": None,  # cannot tell: the rule is not applied, and the log says why
+        "tp>1": True,
+        "single-node": True,
+    }
