@@ -15,6 +15,8 @@ whose Python sources are the same for every tag: one x86_64 wheel (cp311 preferr
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -23,7 +25,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,7 +195,7 @@ def newest_or_unknown() -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per process: two may write the same record
     tmp.write_text(text)
     tmp.replace(path)
 
@@ -227,12 +229,30 @@ def _fetch(wheel: WheelFile, partial: Path, progress: Callable[[str], None] | No
     return _sha256(partial)
 
 
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (created) for the block: two processes sharing the cache (pytest workers,
+    two `build.py patches` runs) do not fetch or unpack the same release at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def download(version: str, *, progress: Callable[[str], None] | None = None) -> Path:
     """The release's wheel in the cache, downloaded and sha256-checked if not there yet or not sound.
 
     A cached wheel is hashed (a size can match a corrupt file). A mismatch fetches the metadata and the wheel
     again, once; a second mismatch is an error naming what to delete.
     """
+    with locked(cache_root() / "locks" / f"wheel-{version}"):
+        return _download(version, progress)
+
+
+def _download(version: str, progress: Callable[[str], None] | None) -> Path:
     wheel = wheel_for(version)
     target = cache_root() / "wheels" / wheel.filename
     refreshed = False
@@ -296,6 +316,11 @@ def extract(wheel: Path, dest: Path, *, python_only: bool) -> Path:
 def source_tree(version: str, *, progress: Callable[[str], None] | None = None) -> Path:
     """The release's Python sources (site-packages layout) in the cache, for checks. Extracted once, from the
     wheel the record names (a tree from another wheel, e.g. before the record was fetched again, is redone)."""
+    with locked(cache_root() / "locks" / f"src-{version}"):
+        return _source_tree(version, progress)
+
+
+def _source_tree(version: str, progress: Callable[[str], None] | None) -> Path:
     target = cache_root() / "src" / version
     marker = target / ".complete"
     if marker.exists():

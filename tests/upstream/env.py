@@ -23,7 +23,6 @@ code passed to `emit(obj)`, decoded from JSON.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -32,7 +31,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,17 +131,6 @@ def inputs_for(version: str, config: cfg.Config | None = None) -> dict[str, Any]
     }
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _read_record(directory: Path) -> dict[str, Any] | None:
     try:
         return json.loads((directory / "record.json").read_text())
@@ -160,7 +148,7 @@ def ensure(version: str, *, config: cfg.Config | None = None, log: Any = None) -
     inputs = inputs_for(version, config)
     directory = env_dir(version)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    with _locked(directory.parent / f"{version}.lock"):
+    with pypi.locked(directory.parent / f"{version}.lock"):
         record = _read_record(directory)
         if record and record.get("inputs") == inputs and python_of(directory).exists():
             return python_of(directory)
