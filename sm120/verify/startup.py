@@ -301,13 +301,13 @@ def decisions(case: Mapping[str, Any]) -> dict[str, Any]:
         )
         out["speculative"] = f"{settings['speculative_algorithm']} {steps}/{topk}/{tokens}"
     if "disable_cuda_graph" in settings:
+        # 0.5.9: cuda_graph_max_bs / cuda_graph_bs; 0.5.2x sizes the decode and prefill graphs apart (*_decode).
+        max_bs = settings.get("cuda_graph_max_bs", settings.get("cuda_graph_max_bs_decode"))
+        sizes = settings.get("cuda_graph_bs", settings.get("cuda_graph_bs_decode"))
         if settings["disable_cuda_graph"]:
             out["cuda_graph"] = "disabled"
         else:
-            bs = settings.get("cuda_graph_bs")
-            out["cuda_graph"] = f"max bs {settings.get('cuda_graph_max_bs')}" + (
-                f", {len(bs)} sizes" if isinstance(bs, list) else ""
-            )
+            out["cuda_graph"] = f"max bs {max_bs}" + (f", {len(sizes)} sizes" if isinstance(sizes, list) else "")
     return out
 
 

@@ -426,10 +426,10 @@ def _eagle3_in_source() -> list[str]:
 
 
 def field_names(server_args: Any) -> list[str]:
-    """ServerArgs' fields: the dataclass's (0.5.9), else the record's own attributes (newer releases)."""
+    """ServerArgs' fields: the dataclass's (0.5.9 and the releases that keep it a dataclass)."""
     if dataclasses.is_dataclass(server_args):
         return [f.name for f in dataclasses.fields(server_args)]
-    return sorted(k for k in vars(server_args) if not k.startswith("_"))
+    return sorted(k for k in getattr(server_args, "__dict__", {}) if not k.startswith("_"))
 
 
 def _jsonable(value: Any) -> bool:
@@ -468,13 +468,17 @@ def task_server_args(job: dict[str, Any]) -> dict[str, Any]:
         rec: dict[str, Any] = {}
         try:
             server_args = prepare_server_args(case["argv"])
-            view = server_args
-            if hasattr(server_args, "resolve_once"):  # newer releases decide in a resolution pass
+            if hasattr(server_args, "resolve_once"):
+                # Newer releases (0.5.2x) decide in a resolution pass over a record of msgspec Structs, and
+                # serialise what they decided themselves (what /server_info reports): read that.
                 server_args.resolve_once()
-                from sglang.srt.arg_groups.overrides import resolving_view
-
-                view = resolving_view(server_args)
-            rec["settings"] = settings(view, field_names(server_args))
+                rec["settings"] = {
+                    k: list(v) if isinstance(v, tuple) else v
+                    for k, v in server_args.resolved_dict().items()
+                    if _jsonable(v)
+                }
+            else:
+                rec["settings"] = settings(server_args, field_names(server_args))
         except BaseException as exc:  # SGLang's own refusal is the finding
             rec["error"] = failure(exc)
         if "settings" in rec:

@@ -256,3 +256,23 @@ def test_no_decision_lands_on_an_sm120_trap(case: str, server_args, expect):
     traps = cfg.load().sm120_traps
     hits = startup.trap_hits(traps, expect.sglang, {case: startup.decisions(rec)})
     assert not hits, " | ".join(hit.message(expect.sglang) for hit in hits)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect):
+    """A trap is only as good as the decision it reads: each one that holds for this release and quantization must
+    find at least one of its settings among what SGLang decided (a release that renames or nests a setting would
+    otherwise pass the trap check by reading nothing)."""
+    rec = server_args["cases"].get(case) or {}
+    if "settings" not in rec:
+        pytest.skip(f"{case}: SGLang made no decisions (see test_sglang_accepts_the_entrypoints_command)")
+    decided = startup.decisions(rec)
+    blind = [
+        trap
+        for trap in cfg.load().sm120_traps
+        if trap.applies(expect.sglang, decided.get("quantization")) and not set(trap.settings) & set(decided)
+    ]
+    assert not blind, "; ".join(
+        f"SGLang {expect.sglang} decided none of {', '.join(t.settings)}: the trap '{t.reason[:60]}...' reads nothing"
+        for t in blind
+    )
