@@ -300,15 +300,26 @@ def decisions(case: Mapping[str, Any]) -> dict[str, Any]:
             settings.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
         )
         out["speculative"] = f"{settings['speculative_algorithm']} {steps}/{topk}/{tokens}"
-    if "disable_cuda_graph" in settings:
-        # 0.5.9: cuda_graph_max_bs / cuda_graph_bs; 0.5.2x sizes the decode and prefill graphs apart (*_decode).
-        max_bs = settings.get("cuda_graph_max_bs", settings.get("cuda_graph_max_bs_decode"))
-        sizes = settings.get("cuda_graph_bs", settings.get("cuda_graph_bs_decode"))
+    graphs = settings.get("cuda_graph_config")
+    if isinstance(graphs, dict):  # 0.5.2x: one record per phase (backend full/breakable/disabled, max_bs, bs)
+        out["cuda_graph"] = "; ".join(_graph_phase(name, graphs.get(name) or {}) for name in ("decode", "prefill"))
+    elif "disable_cuda_graph" in settings:  # 0.5.9: one switch, cuda_graph_max_bs and cuda_graph_bs
         if settings["disable_cuda_graph"]:
             out["cuda_graph"] = "disabled"
         else:
-            out["cuda_graph"] = f"max bs {max_bs}" + (f", {len(sizes)} sizes" if isinstance(sizes, list) else "")
+            bs = settings.get("cuda_graph_bs")
+            out["cuda_graph"] = f"max bs {settings.get('cuda_graph_max_bs')}" + (
+                f", {len(bs)} sizes" if isinstance(bs, list) else ""
+            )
     return out
+
+
+def _graph_phase(name: str, phase: Mapping[str, Any]) -> str:
+    text = f"{name} {phase.get('backend')}"
+    if phase.get("backend") != "disabled":
+        text += f", max bs {phase.get('max_bs')}" if phase.get("max_bs") is not None else ""
+        text += f", {len(phase['bs'])} sizes" if isinstance(phase.get("bs"), list) else ""
+    return text
 
 
 @dataclass(frozen=True)

@@ -440,6 +440,15 @@ def _jsonable(value: Any) -> bool:
     return False
 
 
+def _json_tree(value: Any) -> bool:
+    """A value JSON holds as it is: scalars, and lists and string-keyed dicts of them (nested records)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_tree(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_json_tree(v) for v in value)
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
 def settings(view: Any, names: list[str]) -> dict[str, Any]:
     out = {}
     for name in names:
@@ -472,11 +481,7 @@ def task_server_args(job: dict[str, Any]) -> dict[str, Any]:
                 # Newer releases (0.5.2x) decide in a resolution pass over a record of msgspec Structs, and
                 # serialise what they decided themselves (what /server_info reports): read that.
                 server_args.resolve_once()
-                rec["settings"] = {
-                    k: list(v) if isinstance(v, tuple) else v
-                    for k, v in server_args.resolved_dict().items()
-                    if _jsonable(v)
-                }
+                rec["settings"] = {k: v for k, v in server_args.resolved_dict().items() if _json_tree(v)}
             else:
                 rec["settings"] = settings(server_args, field_names(server_args))
         except BaseException as exc:  # SGLang's own refusal is the finding

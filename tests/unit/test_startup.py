@@ -297,6 +297,16 @@ def test_decisions_derive_the_drafts_backend_and_cuda_graph_rows():
     assert out["moe_runner"] == "auto" and out["deep_gemm.ENABLE_JIT_DEEPGEMM"] is False
 
 
+def test_decisions_read_the_per_phase_cuda_graph_record_of_newer_releases():
+    """0.5.2x's resolved_dict() holds cuda_graph_config as one record per phase (what the probe keeps, nested)."""
+    graphs = {
+        "decode": {"backend": "full", "max_bs": 512, "bs": [1, 2, 4]},
+        "prefill": {"backend": "disabled", "max_bs": 8192, "bs": [8, 16]},
+    }
+    out = startup.decisions({"settings": {"cuda_graph_config": graphs, "disable_cuda_graph": False}})
+    assert out["cuda_graph"] == "decode full, max bs 512, 3 sizes; prefill disabled"
+
+
 def test_the_decision_table_has_a_column_per_case_and_says_who_refused():
     rep = report.Report(image="img")
     rep.startup = {
