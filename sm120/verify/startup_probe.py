@@ -425,21 +425,6 @@ def _eagle3_in_source() -> list[str]:
     return sorted(names)
 
 
-def field_names(server_args: Any) -> list[str]:
-    """ServerArgs' fields: the dataclass's (0.5.9 and the releases that keep it a dataclass)."""
-    if dataclasses.is_dataclass(server_args):
-        return [f.name for f in dataclasses.fields(server_args)]
-    return sorted(k for k in getattr(server_args, "__dict__", {}) if not k.startswith("_"))
-
-
-def _jsonable(value: Any) -> bool:
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(v is None or isinstance(v, (str, int, float, bool)) for v in value)
-    return False
-
-
 def _json_tree(value: Any) -> bool:
     """A value JSON holds as it is: scalars, and lists and string-keyed dicts of them (nested records)."""
     if isinstance(value, dict):
@@ -449,16 +434,24 @@ def _json_tree(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def settings(view: Any, names: list[str]) -> dict[str, Any]:
-    out = {}
-    for name in names:
-        try:
-            value = getattr(view, name)
-        except BaseException:  # a field that cannot be resolved is left out
-            continue
-        if _jsonable(value):
-            out[name] = list(value) if isinstance(value, tuple) else value
-    return out
+def settings(server_args: Any) -> dict[str, Any]:
+    """What SGLang decided, each setting JSON can hold. Releases with a resolution pass (0.5.2x: a record of
+    msgspec Structs) serialise it themselves (`resolved_dict`, what /server_info reports); 0.5.9's ServerArgs is a
+    dataclass whose post-init has decided. Anything else yields nothing (the suite then says which traps read
+    nothing)."""
+    if hasattr(server_args, "resolve_once"):
+        server_args.resolve_once()
+        values = server_args.resolved_dict()
+    elif dataclasses.is_dataclass(server_args):
+        values = {}
+        for field in dataclasses.fields(server_args):
+            try:
+                values[field.name] = getattr(server_args, field.name)
+            except BaseException:  # a field that cannot be resolved is left out
+                continue
+    else:
+        values = {}
+    return {k: v for k, v in values.items() if _json_tree(v)}
 
 
 def task_server_args(job: dict[str, Any]) -> dict[str, Any]:
@@ -477,13 +470,7 @@ def task_server_args(job: dict[str, Any]) -> dict[str, Any]:
         rec: dict[str, Any] = {}
         try:
             server_args = prepare_server_args(case["argv"])
-            if hasattr(server_args, "resolve_once"):
-                # Newer releases (0.5.2x) decide in a resolution pass over a record of msgspec Structs, and
-                # serialise what they decided themselves (what /server_info reports): read that.
-                server_args.resolve_once()
-                rec["settings"] = {k: v for k, v in server_args.resolved_dict().items() if _json_tree(v)}
-            else:
-                rec["settings"] = settings(server_args, field_names(server_args))
+            rec["settings"] = settings(server_args)
         except BaseException as exc:  # SGLang's own refusal is the finding
             rec["error"] = failure(exc)
         if "settings" in rec:
