@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from .config import Config
 from .errors import UsageError
+from .plan_types import cuda_minor
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,7 +60,7 @@ def _fill(value: Any, names: dict[str, str]) -> Any:
 
 
 def load(config: Config, path: Path = FACTS_FILE) -> list[Fact]:
-    names = {"cuda": ".".join(config.cuda.version.split(".")[:2]), "cuda_version": config.cuda.version}
+    names = {"cuda": cuda_minor(config.cuda.version), "cuda_version": config.cuda.version}
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:

@@ -26,6 +26,7 @@ import docker
 from . import base_facts, buildx, docker_client
 from .config import Config, Profile
 from .errors import CheckFailed, UsageError
+from .plan_types import cuda_minor
 
 BASE_DIR = Path(__file__).resolve().parent.parent / "docker" / "base"
 INPUTS_LABEL_SUFFIX = "base.inputs"
@@ -142,7 +143,7 @@ def make(config: Config, profile: Profile, *, force: bool = False, log: callable
     else:
         log(f"{s.os_image} up to date")
     cuda = config.cuda.version
-    major_minor = ".".join(cuda.split(".")[:2])
+    major_minor = cuda_minor(cuda)
     args = {
         "OS_IMAGE": s.os_image,
         "CUDA_VERSION": cuda,

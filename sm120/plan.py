@@ -37,6 +37,8 @@ from .plan_types import (
     Plan,
     SglKernel,
     SkippedPatch,
+    cuda_major,
+    cuda_minor,
 )
 
 __all__ = ["ALL_HEAD_DIMS", "Plan", "render", "resolve", "sm"]
@@ -64,13 +66,9 @@ def _git_revision(config: Config) -> str | None:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
-def _cuda_minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
-
-
 def _torch(config: Config, track: Track, profile: Profile) -> tuple[str, str | None, list[str]]:
     """(CUDA version torch is built with, index URL or None for PyPI, stand-in notes)."""
-    want = _cuda_minor(config.cuda.version)
+    want = cuda_minor(config.cuda.version)
     if track.torch.pypi_cuda == want:
         return want, None, []
     if profile.torch_index:
@@ -85,7 +83,7 @@ def _torch(config: Config, track: Track, profile: Profile) -> tuple[str, str | N
 def _sgl_kernel(config: Config, track: Track, profile_name: str) -> tuple[SglKernel, list[str], list[str]]:
     """Where sgl-kernel comes from in this profile, with the stand-in notes and warnings that follow from it."""
     want = [sm(a, "a") for a in config.cuda.archs]
-    base_cuda = _cuda_minor(config.cuda.version)
+    base_cuda = cuda_minor(config.cuda.version)
     spec = track.sgl_kernel
     install = spec.install[profile_name]
     warnings: list[str] = []
@@ -225,14 +223,14 @@ def resolve(
     track = config.track(version)
 
     torch_cuda, torch_index, stand_ins = _torch(config, track, profile_settings)
-    if torch_cuda.split(".")[0] != config.cuda.version.split(".")[0]:
+    if cuda_major(torch_cuda) != cuda_major(config.cuda.version):
         stand_ins.append(
             f"flash-attn is compiled with CUDA {config.cuda.version}'s nvcc against torch's CUDA {torch_cuda} "
             "headers (no CUDA 12 compiler is on PyPI): torch's version guard is lifted for this build only"
         )
     sgl_kernel, sgl_kernel_notes, warnings = _sgl_kernel(config, track, profile_name)
     stand_ins += sgl_kernel_notes
-    fixups = [FixupPin(f.requirement, f.reason) for f in track.fixups if f.torch_cuda == torch_cuda.split(".")[0]]
+    fixups = [FixupPin(f.requirement, f.reason) for f in track.fixups if f.torch_cuda == cuda_major(torch_cuda)]
     flash_attn = _flash_attn(config, track, profile_settings.flash_attn)
     patches, skipped = _patches(config, track, version)
 

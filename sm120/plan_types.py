@@ -16,6 +16,16 @@ from .entrypoint.spec import EntrypointSpec
 ALL_HEAD_DIMS = [32, 64, 96, 128, 192, 256]
 
 
+def cuda_major(version: str) -> str:
+    """13.0.1 -> 13"""
+    return version.split(".")[0]
+
+
+def cuda_minor(version: str) -> str:
+    """13.0.1 -> 13.0"""
+    return ".".join(version.split(".")[:2])
+
+
 @dataclass(frozen=True)
 class PatchRef:
     name: str
@@ -118,4 +128,4 @@ class Plan:
     @property
     def torch_cuda_differs(self) -> bool:
         """torch is built for another CUDA major than the base's nvcc (a stand-in; flash-attn lifts torch's guard)."""
-        return self.torch_cuda.split(".")[0] != self.cuda_version.split(".")[0]
+        return cuda_major(self.torch_cuda) != cuda_major(self.cuda_version)
