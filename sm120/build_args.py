@@ -64,13 +64,17 @@ def dockerfile_defaults(text: str) -> dict[str, str]:
     return {name: _unquote(value) for name, value in re.findall(r"^ARG (\w+)=(.*)$", head, flags=re.MULTILINE)}
 
 
+def stages(text: str) -> dict[str, str]:
+    """Stage name -> its text, from its FROM line to the next."""
+    parts = re.split(r"^(?=FROM )", text[text.index("\nFROM ") + 1 :], flags=re.MULTILINE)
+    out = {}
+    for part in parts:
+        match = re.search(r" AS ([\w-]+)", part.splitlines()[0]) if part.startswith("FROM ") else None
+        if match:
+            out[match.group(1)] = part
+    return out
+
+
 def stage_args(text: str) -> dict[str, set[str]]:
     """Stage name -> the ARGs it re-declares without a value (the build args it uses)."""
-    parts = re.split(r"^(?=FROM )", text[text.index("\nFROM ") + 1 :], flags=re.MULTILINE)
-    out: dict[str, set[str]] = {}
-    for part in parts:
-        if part.startswith("FROM "):
-            match = re.search(r" AS ([\w-]+)", part.splitlines()[0])
-            if match:
-                out[match.group(1)] = set(re.findall(r"^ARG (\w+)$", part, flags=re.MULTILINE))
-    return out
+    return {name: set(re.findall(r"^ARG (\w+)$", part, flags=re.MULTILINE)) for name, part in stages(text).items()}

@@ -26,9 +26,7 @@ def top_defaults() -> dict[str, str]:
 
 
 def stages() -> dict[str, str]:
-    """Stage name -> its text (from its FROM line to the next)."""
-    parts = re.split(r"^(?=FROM )", TEXT[TEXT.index("\nFROM ") + 1 :], flags=re.MULTILINE)
-    return {re.search(r" AS ([\w-]+)", p.splitlines()[0]).group(1): p for p in parts if p.startswith("FROM ")}
+    return build_args.stages(TEXT)
 
 
 def test_every_default_is_declared_once_above_the_first_from():
@@ -37,8 +35,8 @@ def test_every_default_is_declared_once_above_the_first_from():
         f"ARG defaults declared twice: {sorted(n for n in every if every.count(n) > 1)}"
     )
     assert set(every) == set(top_defaults()), "an ARG default is declared inside a stage"
-    for name, text in stages().items():
-        for arg in re.findall(r"^ARG (\w+)$", text, flags=re.MULTILINE):
+    for name, used in build_args.stage_args(TEXT).items():
+        for arg in used:
             assert arg in top_defaults(), f"stage {name} re-declares ARG {arg}, which has no default at the top"
 
 

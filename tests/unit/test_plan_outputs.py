@@ -76,21 +76,17 @@ def test_labels_parse_back_to_the_plan(profile: str, track: str):
 
 
 def test_the_label_namespace_is_the_project_name():
-    assert labels.namespace() == CONFIG.project.name
     plan = resolve(CONFIG.defaults.profile, CONFIG.defaults.sglang)
     own = {key.split(".", 1)[0] for key in plan.labels if not key.startswith("org.opencontainers.")}
     assert own == {CONFIG.project.name}
     assert labels.missing(plan.labels) == []
 
 
-@pytest.mark.parametrize(("profile", "track"), PAIRS)
-def test_build_args_are_the_dockerfiles_args(profile: str, track: str):
-    written = build_args.write(resolve(profile, track))
-    assert set(written) == set(build_args.dockerfile_defaults(DOCKERFILE))
+def test_every_build_arg_is_used():
+    """(That the ARGs are exactly the plan's and every stage's ARGs are build args: tests/unit/test_dockerfile.py.)"""
+    written = build_args.write(resolve(CONFIG.defaults.profile, CONFIG.defaults.sglang))
     stages = build_args.stage_args(DOCKERFILE)
     in_from_lines = set(re.findall(r"^FROM \$\{(\w+)\}", DOCKERFILE, flags=re.MULTILINE))
-    for stage, used in stages.items():
-        assert used <= set(written), f"stage {stage} declares ARGs the plan never passes: {used - set(written)}"
     unused = set(written) - set().union(*stages.values()) - in_from_lines
     assert not unused, f"build args no stage declares and no FROM names: {sorted(unused)}"
 
@@ -109,4 +105,3 @@ def test_the_plan_json_path_is_written_once():
     to the plan's by test_dockerfile); the entrypoint reads it from the module that defines it."""
     assert re.findall(r"/etc/[\w.-]+/plan\.json", DOCKERFILE) == [PLAN_JSON_PATH]
     assert f"ARG PLAN_JSON={PLAN_JSON_PATH}\n" in DOCKERFILE
-    assert resolve("offline", CONFIG.defaults.sglang).build_args["PLAN_JSON"] == PLAN_JSON_PATH
