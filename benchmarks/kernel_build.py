@@ -179,10 +179,9 @@ def plan_build_args(plan: Path | None, profile: str, sglang: str | None) -> dict
     """The plan's build args: from a `build.py plan --json` file, or resolved from build.toml here."""
     if plan is not None:
         return json.loads(plan.read_text())["build_args"]
-    from sm120 import config, resources
-    from sm120 import plan as planmod
+    from sm120.commands.plan import load_plan
 
-    return planmod.resolve(config.load(), profile=profile, sglang=sglang, machine=resources.detect()).build_args
+    return load_plan(argparse.Namespace(config=None, profile=profile, sglang=sglang)).build_args
 
 
 def stage_args(args: argparse.Namespace) -> dict[str, str]:
@@ -262,7 +261,7 @@ def main() -> int:
     result: dict[str, object] = {
         "label": args.label,
         "config": {
-            **{k: stage[OVERRIDES[k]] for k in ("version", "archs", "head_dims", "dtypes", "backward", "cxx_std")},
+            **{k: stage[name] for k, name in OVERRIDES.items() if k != "patches"},
             "max_jobs": args.max_jobs,
             "nvcc_threads": args.nvcc_threads,
         },

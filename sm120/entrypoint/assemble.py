@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .errors import Log, UsageError, show
 from .options import EXTRA, USER, Command, Item, group
-from .spec import EntrypointSpec, ModeSpec
+from .spec import EntrypointSpec
 
 DEFAULT_HOST = "0.0.0.0"  # SGLang's own default (127.0.0.1) cannot be reached from outside the container
 SPEC_ALGORITHMS_WITH_TREE = ("EAGLE", "EAGLE3")
@@ -179,8 +179,9 @@ class Effective:
         return max(self.tp * self.pp // self.nnodes, 1)
 
 
-def effective(cmd: Command, mode_name: str, mode: ModeSpec, log: Log) -> Effective:
+def effective(cmd: Command, spec: EntrypointSpec, mode_name: str, log: Log) -> Effective:
     """Validate the values SGLang will take; raise UsageError naming the source of a bad one."""
+    mode = spec.modes[mode_name]
     ints: dict[str, int] = {}
     for option in INTEGERS:
         item = cmd.last(option)

@@ -100,8 +100,9 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
     if request.help:
         sys.stdout.write(helptext.render(spec, plan_error))
         return 0
-    if loaded is None or spec is None:
+    if loaded is None:
         raise plan_error or ImageError("the image's presets cannot be read")
+    spec = loaded.spec
     mode = spec.modes.get(request.mode)
     if mode is None:
         raise UsageError(f"unknown mode {request.mode!r}", f"modes: {', '.join(sorted(spec.modes))}")
@@ -119,7 +120,7 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
     cmd = assemble.build(spec, request.mode, environ, request.sglang_args, log)
     installed = sglang_source.locate()
     options.check_spelling(cmd, installed.options() if installed else (), installed.version if installed else None)
-    effective = assemble.effective(cmd, request.mode, mode, log)
+    effective = assemble.effective(cmd, spec, request.mode, log)
     port = cmd.last("--port")
     if port is not None and port.source not in ("PORT", "default") and environ.get("PORT", "").strip() != port.value:
         log.warn(f"{port.label()}: the image's HEALTHCHECK reads PORT; set PORT={port.value} instead of --port")

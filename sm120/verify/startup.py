@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Sm120Trap
+from ..config import load as load_config
+from ..entrypoint.models import EAGLE3_MARK as EAGLE3_MARK
 
 # Architectures the project supports (README: Kimi-K2.5, the DeepSeek-V3 family); the EAGLE-3 drafters are
 # every `*Eagle3*` class of the installed SGLang (what the entrypoint accepts), found by the probe.
 SUPPORTED = ("KimiK25ForConditionalGeneration", "DeepseekV3ForCausalLM")
-EAGLE3_MARK = "Eagle3"
 
 # What a kernel library's failure looks like in an import error (module names and shared objects).
 KERNEL_LIBRARIES = ("sgl_kernel", "flashinfer", "flash_attn", "deep_gemm", "flash_mla", "triton", "tvm_ffi", "cutlass")
@@ -246,7 +247,7 @@ FAMILIES = (
     Family("kimi-k25-nvfp4", "Kimi-K2.5 NVFP4", kimi_k25_nvfp4()),
     Family("deepseek-v3", "DeepSeek-V3", deepseek_v3()),
 )
-MODES = ("baseline", "eagle3")
+MODES = tuple(load_config().modes)  # build.toml [modes]
 
 
 def model_files(root: str) -> dict[str, str]:

@@ -25,13 +25,12 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
 from packaging.version import Version
 
-from sm120 import labels
+from sm120 import labels, pypi
 from sm120.verify import docker_env
 from tests.helpers import run_build_py
 from tests.image_meta.derive import derive
@@ -78,7 +77,7 @@ def old_cudnn_libraries() -> dict[str, bytes]:
     each verified against the wheel's RECORD."""
     from remotezip import RemoteZip
 
-    cache = Path(os.environ.get("SGLANG_SM120_CACHE", "~/.cache/sglang-sm120")).expanduser() / "cudnn" / CUDNN_OLD
+    cache = pypi.cache_home() / "cudnn" / CUDNN_OLD
     if all((cache / name).is_file() for name in CUDNN_MEMBERS):
         return {name: (cache / name).read_bytes() for name in CUDNN_MEMBERS}
     try:

@@ -21,16 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import cli
 from sm120.bench import report, stats
 from sm120.bench.results import Label, Results
 from tests.helpers import ROOT, run_cli
 
 
 def bench(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = cli.main(["bench", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+    return run_cli(capsys, "bench", *argv)
 
 
 def one_line(err: str) -> str:

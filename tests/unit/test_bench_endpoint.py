@@ -13,19 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import cli
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120.bench import client, prompts
-from tests.helpers import run_build_py
+from tests.helpers import run_build_py, run_cli
 
 PORT = planmod.resolve(cfg.load()).image.port
 
 
 def bench(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = cli.main(["bench", *argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
+    return run_cli(capsys, "bench", *argv)
 
 
 def load(out: Path) -> dict:

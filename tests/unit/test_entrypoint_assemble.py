@@ -141,7 +141,7 @@ def test_negative_numbers_are_values_not_options():
 
 def effective(presets, mode, environ, args=None):
     cmd, log = build(presets, mode, {"MODEL_PATH": "/m", "DRAFT_MODEL_PATH": "/d", **environ}, args)
-    return assemble.effective(cmd, mode, presets.modes[mode], log), cmd, log
+    return assemble.effective(cmd, presets, mode, log), cmd, log
 
 
 def test_effective_values_come_from_the_winning_layer(presets):
@@ -187,7 +187,7 @@ def test_bad_value_from_the_user_names_the_argument(presets):
 def apply(presets, tmp_path, environ=None, args=None, *, nvfp4=True, installed=None, mode="baseline"):
     environ = {"MODEL_PATH": str(kimi_target(tmp_path / "t", nvfp4=nvfp4)), **(environ or {})}
     cmd, log = build(presets, mode, environ, args)
-    values = assemble.effective(cmd, mode, presets.modes[mode], log)
+    values = assemble.effective(cmd, presets, mode, log)
     target = models.open_model(values.model)
     applied = rules.apply(presets, cmd, values, models.quantization(target), True, installed, environ, log)
     return applied, cmd, log
@@ -258,7 +258,7 @@ def test_rule_needing_a_patch_follows_the_installed_source(presets, tmp_path):
 
 def test_unknown_nvfp4_for_a_repo_id(presets):
     cmd, log = build(presets, "baseline", {"MODEL_PATH": "org/model"})
-    values = assemble.effective(cmd, "baseline", presets.modes["baseline"], log)
+    values = assemble.effective(cmd, presets, "baseline", log)
     target = models.open_model(values.model)
     applied = rules.apply(presets, cmd, values, models.quantization(target), target.path is not None, None, {}, log)
     assert "nvfp4-rule" not in applied

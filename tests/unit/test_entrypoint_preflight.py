@@ -12,11 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from sm120.entrypoint import errors, preflight
-from tests.entrypoint_helpers import fake_nvidia_smi
+from tests.entrypoint_helpers import RTX_PRO, fake_nvidia_smi
 
 UsageError = errors.UsageError
 
-RTX_PRO = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 NO_NVML = {"SM120_NVML_LIBRARY": "/nonexistent/libnvidia-ml.so.1"}
 
 

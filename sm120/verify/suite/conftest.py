@@ -29,10 +29,10 @@ import testinfra
 
 from sm120 import labels
 from sm120.verify import docker_env, report
+from sm120.verify.startup_probe import MARK
 
 IMAGE = os.environ.get("SM120_IMAGE", "").strip()
 RUN_ID = os.environ.get("SM120_VERIFY_RUN") or docker_env.new_run_id()
-MARK = "SM120-JSON "
 REPORT = report.Report(image=IMAGE)
 
 
