@@ -101,13 +101,14 @@ class InstalledSGLang:
             self._options = frozenset(found) if {"--model-path", "--tp-size", "--port"} <= found else frozenset()
         return self._options
 
+    def entry_classes(self, path: Path) -> list[str]:
+        """The class names a model file's `EntryClass` names (what SGLang's registry takes from it)."""
+        text = self._read(path) or ""
+        return [name for match in _ENTRY.finditer(text) for name in _NAME.findall(match.group(1))]
+
     def registered(self, name: str) -> bool:
         if self._registry is None:
-            self._registry = set()
-            for path in self._model_files():
-                text = self._read(path) or ""
-                for match in _ENTRY.finditer(text):
-                    self._registry.update(_NAME.findall(match.group(1)))
+            self._registry = {n for path in self._model_files() for n in self.entry_classes(path)}
         return name in self._registry
 
     def registered_like(self, needle: str) -> list[str]:

@@ -4,9 +4,11 @@ This file is copied into a container and run by the image's Python as the image'
 
     python startup_probe.py JOB.json        # prints one `SM120-JSON {...}` line: what SGLang did and decided
 
-It uses the standard library, the image's torch and the image's SGLang, nothing of this checkout. JOB.json:
+It uses the standard library, the image's torch, the image's SGLang and the image's entrypoint package (to read the
+model files as the entrypoint does), nothing of this checkout. JOB.json:
     {"persona": {name, capability, multi_processor_count, total_memory, free_memory, devices},
-     "workdir": "/tmp/...", "env": {...}, "tasks": ["registry", "server_args"], "modules": [...],
+     "workdir": "/tmp/...", "entrypoint_root": "/opt/sglang-sm120", "env": {...},
+     "tasks": ["registry", "server_args"], "modules": [...],
      "cases": [{"id", "env", "argv"}]}
 
 Before SGLang is imported:
@@ -381,8 +383,14 @@ def task_registry(job: dict[str, Any]) -> dict[str, Any]:
             out["dropped"][module] = {"message": dropped[module], "reimport": "succeeded"}
         except BaseException as exc:
             out["dropped"][module] = failure(exc)
-    out["entry_classes"] = _entry_classes(dropped)
-    out["eagle3_in_source"] = _eagle3_in_source()
+    # What the image's own entrypoint reads from SGLang's files (its code, not a copy of its rules).
+    sys.path.insert(0, job["entrypoint_root"])
+    from sm120.entrypoint import models as entrypoint_models
+    from sm120.entrypoint import sglang_source
+
+    installed = sglang_source.locate()
+    out["entry_classes"] = _entry_classes(installed, dropped) if installed else {}
+    out["eagle3_in_source"] = installed.registered_like(entrypoint_models.EAGLE3_MARK) if installed else []
     out["modules"] = {}
     for module in job.get("modules", []):  # start-up modules beyond the models (item: kernel libraries)
         try:
@@ -398,31 +406,14 @@ def task_registry(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _entry_classes(modules: dict[str, str]) -> dict[str, list[str]]:
+def _entry_classes(installed: Any, modules: dict[str, str]) -> dict[str, list[str]]:
     """module -> the class names its EntryClass names (read from the source: the module did not import)."""
     out = {}
     for module in modules:
         spec = importlib.util.find_spec(module)
-        if spec is None or not spec.origin:
-            continue
-        text = Path(spec.origin).read_text(encoding="utf-8", errors="replace")
-        match = re.search(r"^EntryClass\s*=\s*(\[[^\]]*\]|\([^)]*\)|\w+)", text, re.M)
-        if match:
-            out[module] = re.findall(r"[A-Za-z_]\w*", match.group(1))
-    return out
-
-
-def _eagle3_in_source() -> list[str]:
-    """Every EAGLE-3 drafter class that SGLang's model files name in an EntryClass (what the entrypoint accepts)."""
-    spec = importlib.util.find_spec("sglang.srt.models")
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    names: set[str] = set()
-    for path in Path(next(iter(spec.submodule_search_locations))).glob("*.py"):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        for match in re.finditer(r"^EntryClass\s*=\s*(\[[^\]]*\]|\([^)]*\)|\w+)", text, re.M):
-            names.update(n for n in re.findall(r"[A-Za-z_]\w*", match.group(1)) if "Eagle3" in n)
-    return sorted(names)
+        if spec is not None and spec.origin:
+            out[module] = installed.entry_classes(Path(spec.origin))
+    return {module: names for module, names in out.items() if names}
 
 
 def _json_tree(value: Any) -> bool:

@@ -31,7 +31,7 @@ import shlex
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -69,7 +69,12 @@ def probe(box, image, host, image_uid, staged, card) -> Callable[..., dict[str, 
     """probe(name, **job): run the probe as the image's user with a job file; returns what it reported."""
 
     def _probe(name: str, **job: Any) -> dict[str, Any]:
-        body = {"persona": card.answers(DEVICES), "workdir": f"{WORK}/{name}", **job}
+        body = {
+            "persona": card.answers(DEVICES),
+            "workdir": f"{WORK}/{name}",
+            "entrypoint_root": str(PurePosixPath(image.entrypoint[-1]).parent),  # the image's entrypoint package
+            **job,
+        }
         docker_env.copy_in(box, {f"sm120-startup/{name}.json": json.dumps(body)}, "/tmp", uid=image_uid)
         started = time.monotonic()
         result = host.run(f"{shlex.quote(image.python)} {WORK}/startup_probe.py {WORK}/{name}.json")
