@@ -164,6 +164,21 @@ emit(out)
 """
 
 
+def assert_symm_sm120(out: dict) -> None:
+    """SYMM_SNIPPET's result (run with INKLING_OFF): capability 12 with P2P takes torch's symmetric memory below
+    the patch's 8 MiB limit at 8 ranks (two-shot), is off before the rendezvous without P2P, and sm_90 with
+    multicast keeps multimem. The T1 tests check each scenario in finer detail."""
+    s = out["scenarios"]["cc12_ws8_p2p"]
+    assert "error" not in s, f"capability 12, 8 ranks with P2P: {s['error']}"
+    assert s["disabled"] is False, f"capability 12 with P2P turns the communicator off: {s['log']}"
+    assert s["max_size"] == 8 * 2**20
+    assert s["calls"] == ["all_gather_object", "rendezvous", "two_shot"]
+    assert s["reduced_ok"] and s["small_takes_symm_mem"] and s["limit_sized_goes_to_nccl"]
+    off = out["scenarios"]["cc12_ws8_no_p2p"]
+    assert off["disabled"] is True and "rendezvous" not in off["calls"], "without P2P it must be off before rendezvous"
+    assert out["scenarios"]["cc9_ws8_multicast"]["calls"][-1] == "multimem", "sm_90 with multicast must keep multimem"
+
+
 # From 0.5.16 SGLang raises every TorchSymmMemCommunicator's buffer (any capability) to 512 MiB while
 # SGLANG_OPT_USE_INKLING_CUSTOM_AR is on (its default) for the Inkling model's fused all-reduce kernels; that
 # size, not the capability table, is then the limit. With the variable at 0 the table's limits hold.

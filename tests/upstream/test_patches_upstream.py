@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from sm120 import config as cfg
 from sm120 import patching, pypi
-from sm120.verify.behaviour import INKLING_OFF, KIMI_SNIPPET, SYMM_SNIPPET, assert_kimi_delegates
+from sm120.verify.behaviour import INKLING_OFF, KIMI_SNIPPET, SYMM_SNIPPET, assert_kimi_delegates, assert_symm_sm120
 from tests.helpers import run_build_py
 from tests.upstream import env as upstream_env
 
@@ -155,6 +155,9 @@ class TestPatchedSymmMem:
         assert (s["disabled"], s["max_size"]) == (False, expected)
         assert s["calls"][-1] == "two_shot"
 
+    def test_the_image_suites_check_passes(self, run):
+        assert_symm_sm120({"scenarios": run})  # what `build.py verify` asserts in the image
+
     def test_capability_12_with_p2p_runs_two_shot_below_the_limit(self, run):
         s = run["cc12_ws8_p2p"]
         assert "error" not in s, s
@@ -202,6 +205,8 @@ class TestPatchedSymmMem:
 def test_published_releases_fail_on_capability_12(sglang_python: Path):
     """The premise: without the patch, 0.5.9 crashes and later releases turn the communicator off."""
     out = _symm(sglang_python, None)
+    with pytest.raises(AssertionError):  # the image suite's check (verify) fails on the published release too
+        assert_symm_sm120(out)
     s = out["scenarios"]["cc12_ws8_p2p"]
     if Version(out["version"]) < Version("0.5.14"):
         assert s.get("error", "").startswith("KeyError: 12"), s

@@ -16,6 +16,7 @@ from sm120.verify.behaviour import (
     SNIPPET_PRELUDE,
     SYMM_SNIPPET,
     assert_kimi_delegates,
+    assert_symm_sm120,
 )
 from sm120.verify.suite.conftest import IMAGE, REPORT
 
@@ -141,21 +142,9 @@ emit_all = results
 """
 
 
-def _check_symm(out: dict) -> None:
-    s = out["scenarios"]["cc12_ws8_p2p"]
-    assert "error" not in s, f"capability 12, 8 ranks with P2P: {s['error']}"
-    assert s["disabled"] is False, f"capability 12 with P2P turns the communicator off: {s['log']}"
-    assert s["max_size"] == 8 * 2**20
-    assert s["calls"] == ["all_gather_object", "rendezvous", "two_shot"]
-    assert s["reduced_ok"] and s["small_takes_symm_mem"] and s["limit_sized_goes_to_nccl"]
-    off = out["scenarios"]["cc12_ws8_no_p2p"]
-    assert off["disabled"] is True and "rendezvous" not in off["calls"], "without P2P it must be off before rendezvous"
-    assert out["scenarios"]["cc9_ws8_multicast"]["calls"][-1] == "multimem", "sm_90 with multicast must keep multimem"
-
-
 BEHAVIOUR = {
     "kimi-k25-eagle3-delegation": (KIMI_SNIPPET, assert_kimi_delegates),
-    "torch-symm-mem-sm120": (SYMM_SNIPPET, _check_symm),
+    "torch-symm-mem-sm120": (SYMM_SNIPPET, assert_symm_sm120),
 }
 # Patches of other components, checked by their effect elsewhere.
 NOT_SGLANG = {"flash-attn-kernel-subset": "test_kernels.py::test_flash_attn_kernels_are_the_labelled_subset"}
