@@ -268,15 +268,24 @@ _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def split_command(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """`VAR=v ... /opt/venv/bin/python3 -m sglang.launch_server ARGS` -> (env, ARGS)."""
+    """`VAR=v ... /opt/venv/bin/python3 -m sglang.launch_server ARGS` (the last line of `--dry-run`) -> (env, ARGS)."""
     env: dict[str, str] = {}
     rest = list(argv)
     while rest and _ENV.match(rest[0]):
         key, value = rest.pop(0).split("=", 1)
         env[key] = value
-    if len(rest) < 3 or rest[1:3] != ["-m", "sglang.launch_server"]:
+    if (
+        len(rest) < 3
+        or rest[1:3] != ["-m", "sglang.launch_server"]
+        or not rest[0].rpartition("/")[2].startswith("python")
+    ):
         raise ValueError(f"not an SGLang launch command: {' '.join(argv)[:200]}")
     return env, rest[3:]
+
+
+def option_value(args: Sequence[str], option: str) -> str | None:
+    """The value after `option` in ARGS (the entrypoint writes each option once), or None."""
+    return args[list(args).index(option) + 1] if option in args else None
 
 
 def decisions(case: Mapping[str, Any]) -> dict[str, Any]:

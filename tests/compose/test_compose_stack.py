@@ -23,6 +23,7 @@ import requests
 
 from sm120 import config as cfg
 from sm120 import plan as planmod
+from sm120.verify import startup
 from tests.compose.conftest import COMPOSE_FILE, NO_GPU, ROOT, SERVICE, run_compose
 
 PLAN = planmod.resolve(cfg.load(), profile="offline")
@@ -200,13 +201,7 @@ def test_eagle3_dry_run_through_compose_prints_the_command_from_the_env(compose,
         run_compose(compose, settings.env_file, files, project, "down", "-v", extra_env=extra)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    argv = shlex.split(lines[-1])
-    while argv and "=" in argv[0] and not argv[0].startswith("-"):  # the runtime rules' VAR=value prefixes
-        argv.pop(0)
-    assert argv[1:3] == ["-m", "sglang.launch_server"], argv
-
-    def value(option: str) -> str | None:
-        return argv[argv.index(option) + 1] if option in argv else None
+    _, args = startup.split_command(shlex.split(lines[-1]))
 
     v = settings.values
     expected = {
@@ -222,7 +217,7 @@ def test_eagle3_dry_run_through_compose_prints_the_command_from_the_env(compose,
         "--mem-fraction-static": "0.81",
         "--max-running-requests": "4",
     }
-    assert {k: value(k) for k in expected} == expected, lines[-1]
+    assert {k: startup.option_value(args, k) for k in expected} == expected, lines[-1]
     assert "accepted by SGLang" in proc.stdout, proc.stdout[-800:]
 
 

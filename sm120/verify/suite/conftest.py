@@ -158,3 +158,11 @@ def py(image, host, root_host) -> Callable[..., Any]:
 @pytest.fixture(scope="session")
 def image_uid(host) -> int:
     return int(host.check_output("id -u"))
+
+
+def entrypoint(box, image, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """The image's ENTRYPOINT + args, as the image's user (tini not as PID 1 here: TINI_SUBREAPER keeps it quiet)."""
+    assert image.entrypoint, "the image has no ENTRYPOINT"
+    result = box.exec_run([*image.entrypoint, *args], environment={"TINI_SUBREAPER": "1", **env}, demux=True)
+    stdout, stderr = (part.decode(errors="replace") if part else "" for part in result.output)
+    return result.exit_code, stdout, stderr

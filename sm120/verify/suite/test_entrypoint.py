@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 
 import pytest
 
 from sm120.entrypoint.spec import PLAN_JSON_PATH
-from sm120.verify import docker_env, model_configs
+from sm120.verify import docker_env, model_configs, startup
+from sm120.verify.suite.conftest import entrypoint
 
 MODELS = "/tmp/sm120-verify/models"
 TARGET, DRAFT = f"{MODELS}/target", f"{MODELS}/draft"
@@ -35,25 +35,14 @@ def baked_plan(root_host) -> dict:
     return json.loads(root_host.file(PLAN_JSON_PATH).content_string)
 
 
-def entrypoint(box, image, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
-    """The image's ENTRYPOINT + args, as the image's user (tini not as PID 1 here: TINI_SUBREAPER keeps it quiet)."""
-    assert image.entrypoint, "the image has no ENTRYPOINT"
-    result = box.exec_run([*image.entrypoint, *args], environment={"TINI_SUBREAPER": "1", **env}, demux=True)
-    stdout, stderr = (part.decode(errors="replace") if part else "" for part in result.output)
-    return result.exit_code, stdout, stderr
-
-
 def _command(stdout: str) -> list[str]:
+    """SGLang's arguments in the last line of `--dry-run` (which must be a python -m sglang.launch_server line)."""
     lines = [line for line in stdout.strip().splitlines() if line.strip()]
     assert lines, "--dry-run printed nothing"
-    argv = shlex.split(lines[-1])
-    while argv and "=" in argv[0] and not argv[0].startswith("-"):  # VAR=value prefixes (the runtime rules' env)
-        argv.pop(0)
-    return argv
+    return startup.split_command(shlex.split(lines[-1]))[1]
 
 
-def _value(argv: list[str], option: str) -> str | None:
-    return argv[argv.index(option) + 1] if option in argv else None
+_value = startup.option_value
 
 
 @pytest.mark.parametrize("mode", ["baseline", "eagle3"])
@@ -65,8 +54,6 @@ def test_dry_run_prints_the_sglang_command(mode: str, box, image, expect, models
         f"the command was not checked by the image's SGLang {expect.sglang} parser: {stdout.strip()[:400]}"
     )
     argv = _command(stdout)
-    assert argv[1:3] == ["-m", "sglang.launch_server"], argv
-    assert Path(argv[0]).name.startswith("python"), argv
     assert _value(argv, "--model-path") == TARGET
     assert _value(argv, "--port") in (None, str(expect.port))
     preset = baked_plan["entrypoint"]["modes"][mode]

@@ -38,7 +38,7 @@ import pytest
 
 from sm120 import config as cfg
 from sm120.verify import docker_env, persona, startup
-from sm120.verify.suite.conftest import REPORT, last_json
+from sm120.verify.suite.conftest import REPORT, entrypoint, last_json
 
 WORK = "/tmp/sm120-startup"
 MODELS = f"{WORK}/models"
@@ -89,13 +89,12 @@ def probe(box, image, host, image_uid, staged, card) -> Callable[..., dict[str, 
 
 
 def _dry_run(box, image, mode: str, family: startup.Family) -> tuple[dict[str, str], list[str]]:
-    env = {"TINI_SUBREAPER": "1", "TP_SIZE": str(DEVICES), "MODEL_PATH": f"{MODELS}/{family.key}/target"}
-    if mode == "eagle3":
+    env = {"TP_SIZE": str(DEVICES), "MODEL_PATH": f"{MODELS}/{family.key}/target"}
+    if cfg.load().modes[mode].draft:
         env["DRAFT_MODEL_PATH"] = f"{MODELS}/{family.key}/draft"
-    result = box.exec_run([*image.entrypoint, mode, "--dry-run"], environment=env, demux=True)
-    stdout, stderr = (part.decode(errors="replace") if part else "" for part in result.output)
-    if result.exit_code != 0:
-        pytest.fail(f"{family.key}: `{mode} --dry-run` exited {result.exit_code}: {stderr.strip()[-400:]}", False)
+    rc, stdout, stderr = entrypoint(box, image, [mode, "--dry-run"], env)
+    if rc != 0:
+        pytest.fail(f"{family.key}: `{mode} --dry-run` exited {rc}: {stderr.strip()[-400:]}", False)
     lines = [line for line in stdout.strip().splitlines() if line.strip()]
     return startup.split_command(shlex.split(lines[-1]))
 
