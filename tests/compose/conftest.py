@@ -34,6 +34,7 @@ COMPOSE_FILE = ROOT / "compose.yaml"
 ENV_EXAMPLE = ROOT / ".env.example"
 NO_GPU = HERE / "no-gpu.yaml"
 STANDIN = HERE / "standin.yaml"
+STACK_FILES = [COMPOSE_FILE, NO_GPU, STANDIN]  # what pytest-docker brings up
 SERVICE = "sglang"
 
 # `NAME=value` or `# NAME=value`: a value is one word or one quoted string (prose such as "# set X=1 to ..." is not).
@@ -241,7 +242,7 @@ def docker_compose_command(compose, settings) -> str:
 
 @pytest.fixture(scope="session")
 def docker_compose_file() -> list[str]:
-    return [str(COMPOSE_FILE), str(NO_GPU), str(STANDIN)]
+    return [str(f) for f in STACK_FILES]
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from tests.compose.conftest import (
     NO_GPU,
     ROOT,
     SERVICE,
+    STACK_FILES,
     STANDIN,
     example_assignments,
     render_env,
@@ -173,7 +174,7 @@ def test_the_test_overrides_drop_only_the_gpu_reservation(compose, tmp_path):
     no_gpu = resolved(compose, tmp_path, files=[COMPOSE_FILE, NO_GPU])["services"][SERVICE]
     assert "deploy" in plain and "deploy" not in no_gpu
     assert {k: v for k, v in plain.items() if k != "deploy"} == no_gpu
-    stack = resolved(compose, tmp_path, files=[COMPOSE_FILE, NO_GPU, STANDIN])["services"]
+    stack = resolved(compose, tmp_path, files=STACK_FILES)["services"]
     assert "test" not in stack[SERVICE]["healthcheck"], "the override must keep the image's HEALTHCHECK command"
     assert stack["client"]["depends_on"][SERVICE]["condition"] == "service_healthy"
 

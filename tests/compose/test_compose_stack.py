@@ -24,7 +24,7 @@ import requests
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120.verify import startup
-from tests.compose.conftest import COMPOSE_FILE, NO_GPU, ROOT, SERVICE, run_compose
+from tests.compose.conftest import COMPOSE_FILE, NO_GPU, ROOT, SERVICE, STACK_FILES, run_compose
 
 PLAN = planmod.resolve(cfg.load(), profile="offline")
 HEALTH_TIMEOUT_S = 60
@@ -156,7 +156,7 @@ def test_the_cache_volume_is_writable_by_the_image_user_and_models_read_only(sta
     proc = run_compose(
         compose,
         settings.env_file,
-        [COMPOSE_FILE, NO_GPU, ROOT / "tests" / "compose" / "standin.yaml"],
+        STACK_FILES,
         settings.project,
         "exec",
         "-T",

@@ -9,24 +9,9 @@ import pytest
 
 from sm120 import config as cfg
 from sm120.errors import UsageError
+from tests.helpers import write_config
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def write_config(tmp_path: Path, text: str | None = None, edit=None) -> Path:
-    """A copy of the real build.toml (and the patch files it names) in tmp_path, optionally edited."""
-    source = (ROOT / "build.toml").read_text()
-    if edit is not None:
-        source = edit(source)
-    if text is not None:
-        source = text
-    for patch in (ROOT / "patches").rglob("*.patch"):
-        target = tmp_path / patch.relative_to(ROOT)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(patch.read_bytes())
-    path = tmp_path / "build.toml"
-    path.write_text(source)
-    return path
 
 
 def test_real_build_toml_loads():

@@ -9,8 +9,7 @@ import pytest
 
 from sm120 import config as cfg
 from sm120.errors import UsageError
-from tests.helpers import run_build_py, run_cli
-from tests.unit.test_config import ROOT, write_config
+from tests.helpers import ROOT, run_build_py, run_cli, write_config
 
 PATCHES_059 = (
     'patches = ["kimi-k25-eagle3-delegation", "torch-symm-mem-sm120", "flash-attn-kernel-subset"]\n\n'

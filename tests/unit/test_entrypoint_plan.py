@@ -14,6 +14,7 @@ from sm120 import plan as planmod
 from sm120 import resources as res
 from sm120.entrypoint import spec
 from sm120.errors import UsageError
+from tests.helpers import write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE = res.Resources(cpus=2, memory_bytes=24 * 1024**3, source="test")
@@ -23,16 +24,6 @@ def entry(version: str, config: cfg.Config | None = None) -> dict:
     """The plan's `entrypoint` as the image's plan.json holds it."""
     config = config or cfg.load(ROOT / "build.toml")
     return planmod.resolve(config, profile="offline", sglang=version, machine=MACHINE).to_dict()["entrypoint"]
-
-
-def copy_config(tmp_path: Path, edit) -> Path:
-    text = edit((ROOT / "build.toml").read_text())
-    for patch in (ROOT / "patches").rglob("*.patch"):
-        target = tmp_path / patch.relative_to(ROOT)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(patch.read_bytes())
-    (tmp_path / "build.toml").write_text(text)
-    return tmp_path / "build.toml"
 
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
@@ -77,31 +68,31 @@ def test_rules_of_the_tracks():
     ],
 )
 def test_bad_rules_are_refused_by_the_config(tmp_path, old, new, message):
-    path = copy_config(tmp_path, lambda s: s.replace(old, new, 1))
+    path = write_config(tmp_path, edit=lambda s: s.replace(old, new, 1))
     with pytest.raises(UsageError, match=message):
         cfg.load(path)
 
 
 def test_rule_args_start_with_an_option(tmp_path):
-    path = copy_config(
-        tmp_path, lambda s: s.replace('args = ["--enable-torch-symm-mem"]', 'args = ["enable-torch-symm-mem"]', 1)
+    path = write_config(
+        tmp_path, edit=lambda s: s.replace('args = ["--enable-torch-symm-mem"]', 'args = ["enable-torch-symm-mem"]', 1)
     )
     with pytest.raises(UsageError, match="is not an SGLang option"):
         cfg.load(path)
 
 
 def test_rule_needing_an_unknown_patch(tmp_path):
-    path = copy_config(
-        tmp_path, lambda s: s.replace('requires_patch = "torch-symm-mem-sm120"', 'requires_patch = "x"', 1)
+    path = write_config(
+        tmp_path, edit=lambda s: s.replace('requires_patch = "torch-symm-mem-sm120"', 'requires_patch = "x"', 1)
     )
     with pytest.raises(UsageError, match="unknown patch 'x'"):
         entry("0.5.9", cfg.load(path))
 
 
 def test_rule_needing_a_patch_without_upstream_check(tmp_path):
-    path = copy_config(
+    path = write_config(
         tmp_path,
-        lambda s: s.replace(
+        edit=lambda s: s.replace(
             'requires_patch = "torch-symm-mem-sm120"', 'requires_patch = "flash-attn-kernel-subset"', 1
         ),
     )
@@ -110,7 +101,7 @@ def test_rule_needing_a_patch_without_upstream_check(tmp_path):
 
 
 def test_two_rules_with_one_name(tmp_path):
-    path = copy_config(tmp_path, lambda s: s.replace('name = "torch-symm-mem"', 'name = "no-jit-deepgemm"', 1))
+    path = write_config(tmp_path, edit=lambda s: s.replace('name = "torch-symm-mem"', 'name = "no-jit-deepgemm"', 1))
     with pytest.raises(UsageError, match=re.escape("two runtime rules of track 0.5.9 are named 'no-jit-deepgemm'")):
         entry("0.5.9", cfg.load(path))
 

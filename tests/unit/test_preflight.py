@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from sm120 import cli
 from sm120 import config as cfg
 from sm120.commands import preflight
 from sm120.errors import UsageError
+from tests.helpers import write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3
@@ -110,16 +110,13 @@ def test_a_profile_without_builder_needs_is_a_usage_error(tmp_path, capsys):
     text = (ROOT / "build.toml").read_text()
     start = text.index("[builder.offline]")
     end = text.index("\n[", start + 1)
-    (tmp_path / "build.toml").write_text(text[:start] + text[end + 1 :])
-    shutil.copytree(ROOT / "patches", tmp_path / "patches")
+    write_config(tmp_path, text[:start] + text[end + 1 :])
     assert cli.main(["preflight", "--config", str(tmp_path / "build.toml"), "--profile", "offline"]) == 2
     err = capsys.readouterr().err
     assert "has no [builder.offline]" in err and len(err.strip().splitlines()) == 1
 
 
 def test_builder_needs_must_be_positive(tmp_path):
-    text = (ROOT / "build.toml").read_text().replace("min_memory_gib = 16", "min_memory_gib = 0", 1)
-    (tmp_path / "build.toml").write_text(text)
-    shutil.copytree(ROOT / "patches", tmp_path / "patches")
+    write_config(tmp_path, edit=lambda text: text.replace("min_memory_gib = 16", "min_memory_gib = 0", 1))
     with pytest.raises(UsageError, match="min_memory_gib"):
         cfg.load(tmp_path / "build.toml")
