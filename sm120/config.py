@@ -41,12 +41,12 @@ DEFAULT_CONFIG = ROOT / "build.toml"
 _VERSION_RE = r"^\d+(\.\d+)*([a-z]+\d*)?$"
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     # strict: no silent coercion ("4" or true where a number goes); allow_inf_nan: TOML's inf/nan are refused.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-class Project(_Strict):
+class Project(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     title: str
     description: str
@@ -54,19 +54,19 @@ class Project(_Strict):
     image: str = Field(pattern=r"^[a-z0-9][a-z0-9._/-]*$")
 
 
-class Image(_Strict):
+class Image(Strict):
     user: str = Field(pattern=r"^[a-z_][a-z0-9_-]*$")
     uid: int = Field(ge=1, le=65534)
     cache_dir: str = Field(pattern=r"^/")
     port: int = Field(ge=1, le=65535)
 
 
-class Defaults(_Strict):
+class Defaults(Strict):
     sglang: str
     profile: str
 
 
-class Cuda(_Strict):
+class Cuda(Strict):
     version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
     archs: list[str] = Field(min_length=1)
 
@@ -79,14 +79,14 @@ class Cuda(_Strict):
         return archs
 
 
-class Parallelism(_Strict):
+class Parallelism(Strict):
     compile_job_memory_gib: float = Field(gt=0)
     compile_job_memory_gib_backward: float = Field(gt=0)
     memory_fraction: float = Field(gt=0, le=1)
     nvcc_threads_max: int = Field(ge=1)
 
 
-class Torch(_Strict):
+class Torch(Strict):
     version: str = Field(pattern=_VERSION_RE)
     pypi_cuda: str = Field(pattern=r"^\d+\.\d+$")
 
@@ -94,7 +94,7 @@ class Torch(_Strict):
 SglKernelInstall = Literal["wheel", "pypi", "source"]
 
 
-class SglKernelWheel(_Strict):
+class SglKernelWheel(Strict):
     """Upstream's prebuilt wheel at a direct URL, pinned by sha256 (what SGLang's own Dockerfile installs)."""
 
     url: str = Field(pattern=r"^https://\S+\.whl$")
@@ -103,7 +103,7 @@ class SglKernelWheel(_Strict):
     why: str = Field(min_length=1)  # which file of several uploads, and why
 
 
-class SglKernel(_Strict):
+class SglKernel(Strict):
     package: str
     version: str = Field(pattern=_VERSION_RE)
     pypi_cuda: str = Field(pattern=r"^\d+\.\d+$")
@@ -120,7 +120,7 @@ class SglKernel(_Strict):
         return self
 
 
-class Fixup(_Strict):
+class Fixup(Strict):
     """A package pinned over what dependency resolution chose, after it (SGLang's CUDA fix-ups)."""
 
     requirement: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==\S+$")
@@ -133,7 +133,7 @@ class Fixup(_Strict):
 RuleCondition = Literal[tuple(CONDITIONS)]  # type: ignore[valid-type]
 
 
-class RuntimeRule(_Strict):
+class RuntimeRule(Strict):
     """What sm_120 needs from a track at run time, applied by the entrypoint (the user can override).
 
     `name` is how a user turns the rule off (SKIP_RUNTIME_RULES=name). `requires_patch` names a patch whose
@@ -166,14 +166,14 @@ class RuntimeRule(_Strict):
         return list(self.when) if isinstance(self.when, list) else [self.when]
 
 
-class LeftOut(_Strict):
+class LeftOut(Strict):
     """A flag the reference run used that this track does not honour on sm_120; logged, not passed."""
 
     args: list[str] = Field(min_length=1)
     reason: str = Field(min_length=1)
 
 
-class Track(_Strict):
+class Track(Strict):
     flashinfer: str = Field(pattern=_VERSION_RE)
     flash_attn: str = Field(pattern=_VERSION_RE)
     cxx_std: Literal[17, 20]
@@ -185,13 +185,13 @@ class Track(_Strict):
     fixups: list[Fixup] = []
 
 
-class FlashAttnKernels(_Strict):
+class FlashAttnKernels(Strict):
     head_dims: Literal["all"] | list[Literal[32, 64, 96, 128, 192, 256]]
     dtypes: list[Literal["fp16", "bf16"]] = Field(min_length=1)
     backward: bool = False
 
 
-class Profile(_Strict):
+class Profile(Strict):
     summary: str
     base_image: str
     base_image_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
@@ -203,21 +203,21 @@ class Profile(_Strict):
     flash_attn: FlashAttnKernels
 
 
-class LocalBases(_Strict):
+class LocalBases(Strict):
     debian_suite: str = Field(pattern=r"^[a-z]+$")
     debian_mirror: str = Field(pattern=r"^https?://")
     runtime_components: list[str] = Field(min_length=1)
     devel_components: list[str] = Field(min_length=1)
 
 
-class BuilderNeeds(_Strict):
+class BuilderNeeds(Strict):
     """What a machine needs to build one profile's image; `build.py preflight` checks the Docker Engine against it."""
 
     min_disk_gib: float = Field(gt=0)  # free space where the engine keeps its data (docker info: DockerRootDir)
     min_memory_gib: float = Field(gt=0)  # the engine's memory (docker info: MemTotal)
 
 
-class Mode(_Strict):
+class Mode(Strict):
     summary: str
     args: list[str] = []
     draft: bool = False  # needs DRAFT_MODEL_PATH, an EAGLE-3 drafter (the entrypoint checks its config.json)
@@ -226,7 +226,7 @@ class Mode(_Strict):
     spec_num_draft_tokens: int | None = Field(default=None, ge=1)
 
 
-class UpstreamCheck(_Strict):
+class UpstreamCheck(Strict):
     """Upstream already has the change when every regex in `patterns` matches the file at `path`."""
 
     path: str
@@ -243,7 +243,7 @@ class UpstreamCheck(_Strict):
         return patterns
 
 
-class PatchVariant(_Strict):
+class PatchVariant(Strict):
     versions: str
     file: str
 
@@ -260,7 +260,7 @@ class PatchVariant(_Strict):
         return SpecifierSet(self.versions).contains(Version(version), prereleases=True)
 
 
-class Patch(_Strict):
+class Patch(Strict):
     component: Literal["sglang", "flash-attn"]
     summary: str
     upstream: str
@@ -278,7 +278,7 @@ class Patch(_Strict):
         return self.upstream_check if isinstance(self.upstream_check, list) else [self.upstream_check]
 
 
-class Sm120Trap(_Strict):
+class Sm120Trap(Strict):
     """A backend or setting known not to run on sm_120 ([[sm120_traps]]). The start-up check (T2.5) fails when
     SGLang's own decision for a supported model lands on one of `values` in one of `settings`, naming `fix`."""
 
@@ -316,7 +316,7 @@ class Sm120Trap(_Strict):
         return found
 
 
-class Config(_Strict):
+class Config(Strict):
     project: Project
     image: Image
     defaults: Defaults

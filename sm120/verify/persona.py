@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
+from ..config import Strict
 from ..errors import UsageError
 
 if sys.version_info >= (3, 11):
@@ -24,11 +25,7 @@ PERSONAS = Path(__file__).with_name("personas.toml")
 MIB = 1 << 20
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Sourced(_Strict):
+class _Sourced(Strict):
     source: str = Field(min_length=10)
 
 
@@ -41,17 +38,17 @@ class Count(_Sourced):
 
 
 class Capability(_Sourced):
-    value: tuple[int, int]
+    value: list[int] = Field(min_length=2, max_length=2)  # (major, minor)
 
     @field_validator("value")
     @classmethod
-    def _sm120(cls, value: tuple[int, int]) -> tuple[int, int]:
+    def _sm120(cls, value: list[int]) -> list[int]:
         if value[0] != 12:
             raise ValueError(f"{value} is not an sm_120-family capability (12, x)")
         return value
 
 
-class Persona(_Strict):
+class Persona(Strict):
     summary: str
     name: Text
     capability: Capability
@@ -80,7 +77,7 @@ class Persona(_Strict):
         return {key: getattr(self, key).source for key in type(self).model_fields if key != "summary"}
 
 
-class Personas(_Strict):
+class Personas(Strict):
     default: str
     personas: dict[str, Persona] = Field(min_length=1)
 
