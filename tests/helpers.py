@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,3 +44,22 @@ def write_config(tmp_path: Path, text: str | None = None, edit=None) -> Path:
     path = tmp_path / "build.toml"
     path.write_text(source)
     return path
+
+
+def docker_or_skip() -> Any:
+    """A Docker SDK client of the engine (sm120.verify.docker_env.client), or the test is skipped saying why."""
+    import pytest
+
+    from sm120.verify import docker_env
+
+    try:
+        return docker_env.client()
+    except docker_env.DockerUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

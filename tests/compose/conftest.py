@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ import pytest
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from tests import entrypoint_helpers as eh
+from tests.helpers import docker_or_skip, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -140,14 +140,7 @@ def plan_image_tag() -> str:
 
 @pytest.fixture(scope="session")
 def dc():
-    import docker
-
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        pytest.skip(f"no Docker Engine: {exc}")
-    return client
+    return docker_or_skip()
 
 
 @pytest.fixture(scope="session")
@@ -160,12 +153,6 @@ def image(dc) -> str:
     except docker.errors.ImageNotFound:
         pytest.skip(f"no image {tag} here: `./dev build` makes it (or set SM120_IMAGE)")
     return tag
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)

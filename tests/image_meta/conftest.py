@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sm120.verify import docker_env
+from tests.helpers import docker_or_skip
 
 
 @pytest.fixture(scope="module")
 def dc():
-    try:
-        return docker_env.client()
-    except docker_env.DockerUnavailable as exc:
-        pytest.skip(str(exc))
+    return docker_or_skip()

@@ -10,7 +10,6 @@ import pytest
 
 from sm120 import base_facts
 from sm120 import config as cfg
-from sm120.verify import docker_env
 from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.image, pytest.mark.docker]
@@ -22,11 +21,7 @@ CASES = [(flavour, fact) for fact in FACTS for flavour in fact.images]
 
 
 @pytest.fixture(scope="module")
-def outcomes() -> dict[tuple[str, str], base_facts.Outcome]:
-    try:
-        dc = docker_env.client()
-    except docker_env.DockerUnavailable as exc:
-        pytest.skip(str(exc))
+def outcomes(dc) -> dict[tuple[str, str], base_facts.Outcome]:
     found = {}
     for flavour, image in IMAGES.items():
         try:

@@ -20,6 +20,7 @@ from sm120 import plan as planmod
 from sm120.bench import client, docker_runner, prompts, runner
 from sm120.bench.results import Label, Results
 from sm120.errors import CheckFailed
+from tests.helpers import docker_or_skip
 
 pytestmark = pytest.mark.docker
 
@@ -34,11 +35,7 @@ def engine():
 
     import docker
 
-    try:
-        dc = docker.from_env()
-        dc.ping()
-    except docker.errors.DockerException as exc:
-        pytest.skip(f"no Docker Engine: {exc}")
+    dc = docker_or_skip()
     candidates = [
         os.environ.get("BENCH_DOCKER_TEST_IMAGE"),
         planmod.resolve(cfg.load(), profile="offline").runtime_base_image,

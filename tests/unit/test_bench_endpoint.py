@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120.bench import client, prompts
-from tests.helpers import run_build_py, run_cli
+from tests.helpers import free_port, run_build_py, run_cli
 
 PORT = planmod.resolve(cfg.load()).image.port
 
@@ -27,12 +26,6 @@ def bench(capsys, *argv: str) -> tuple[int, str, str]:
 
 def load(out: Path) -> dict:
     return json.loads((out / "bench.json").read_text())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_reports_the_stand_ins_timing_350ms_ttft_80_tok_s_in_bursts_of_3(standin, tmp_path, capsys):
