@@ -15,11 +15,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
+
+import pytest
 
 import docker
 
@@ -86,3 +89,20 @@ def derive(
             _add(tar, name, data)
     dc.images.load(archive.getvalue())
     return tag
+
+
+IMAGE = os.environ.get("SM120_IMAGE", "").strip()  # the image the meta-tests derive from
+needs_image = pytest.mark.skipif(not IMAGE, reason="set SM120_IMAGE=TAG (an image made by build.py build)")
+
+
+Files = dict[str, tuple[bytes, int]]
+
+
+def followed(dc, image: str, add: Files) -> Files:
+    """`add` with each file's directory as the image resolves it (`readlink -m` in a throw-away container): a COPY
+    follows the image's links (/usr/local/cuda -> cuda-13.0, its lib64 -> targets/x86_64-linux/lib), where a layer's
+    own directory of that name would hide the link and all behind it."""
+    dirs = sorted({path.rpartition("/")[0] for path in add})
+    out = dc.containers.run(image, entrypoint=["readlink", "-m", *dirs], network_mode="none", remove=True, user="root")
+    real = dict(zip(dirs, out.decode().split(), strict=True))
+    return {f"{real[d]}/{name}": value for path, value in add.items() for d, _, name in [path.rpartition("/")]}

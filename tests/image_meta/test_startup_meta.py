@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import time
-import uuid
-from collections.abc import Iterator
 
 import pytest
 import requests
@@ -33,31 +30,14 @@ from packaging.version import Version
 from sm120 import labels, pypi
 from sm120.verify import docker_env
 from tests.helpers import run_build_py
-from tests.image_meta.derive import derive
+from tests.image_meta.derive import IMAGE, needs_image
 
-IMAGE = os.environ.get("SM120_IMAGE", "").strip()
 pytestmark = [pytest.mark.image, pytest.mark.docker]
-needs_image = pytest.mark.skipif(not IMAGE, reason="set SM120_IMAGE=TAG (an image made by build.py build)")
 
 CUDNN_OLD = "9.10.2.21"  # what PyPI's torch 2.9.1 brings; SGLang 0.5.9 wants >= 9.15
 CUDNN_WHEEL = f"nvidia_cudnn_cu12-{CUDNN_OLD}-py3-none-manylinux_2_27_x86_64.whl"
 CUDNN_MEMBERS = ("libcudnn.so.9", "libcudnn_graph.so.9")  # under nvidia/cudnn/lib/ in the wheel
 SIMPLE = "https://pypi.org/simple/nvidia-cudnn-cu12/"
-
-
-@pytest.fixture
-def derived(dc) -> Iterator:
-    """derived(add={path: (bytes, mode)}, remove=[paths]) -> the tag of SM120_IMAGE plus that one layer."""
-    made: list[str] = []
-
-    def make(**change) -> str:
-        tag = derive(dc, IMAGE, f"sm120-verify-test:startup-{uuid.uuid4().hex[:8]}", **change)
-        made.append(tag)
-        return tag
-
-    yield make
-    for tag in made:
-        dc.images.remove(tag, force=True)
 
 
 def left_by(dc, tag: str) -> list[str]:
@@ -110,7 +90,7 @@ def test_cudnn_older_than_9_15_with_torch_2_9_1_fails_verify_naming_the_gate(dc,
     found = in_image(dc, "find /opt/venv -name libcudnn.so.9 -path '*nvidia*' | head -1")
     assert found, f"{IMAGE} has no libcudnn.so.9 under /opt/venv (torch {expect.torch} loads cuDNN from a wheel)"
     lib_dir = found.rsplit("/", 1)[0]
-    tag = derived(add={f"{lib_dir}/{name}": (data, 0o755) for name, data in old_cudnn_libraries().items()})
+    tag = derived(IMAGE, add={f"{lib_dir}/{name}": (data, 0o755) for name, data in old_cudnn_libraries().items()})
     rc, stdout, stderr, took = _verify(tag, "test_sglang_accepts_the_entrypoints_command and kimi and baseline")
     assert rc == 1, (stdout + stderr)[-2000:]
     last = stderr.strip().splitlines()[-1]
@@ -125,7 +105,7 @@ def test_cudnn_older_than_9_15_with_torch_2_9_1_fails_verify_naming_the_gate(dc,
 def test_an_image_without_flash_ops_fails_verify_naming_the_importing_module(dc, derived):
     found = in_image(dc, "find /opt/venv -path '*/sgl_kernel/flash_ops*.so' | head -1")
     # Without it already (a source build of sgl-kernel without FA3), the image itself is the case.
-    tag = derived(remove=[found]) if found else IMAGE
+    tag = derived(IMAGE, remove=[found]) if found else IMAGE
     rc, stdout, stderr, took = _verify(tag, "test_the_registry_registers or test_kernel_libraries_imported")
     assert rc == 1, (stdout + stderr)[-2000:]
     last = stderr.strip().splitlines()[-1]

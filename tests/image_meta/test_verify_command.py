@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,48 +22,13 @@ from sm120 import config as cfg
 from sm120 import labels, patching, pypi
 from sm120.verify import docker_env, report
 from tests.helpers import ROOT, run_build_py
-from tests.image_meta.derive import derive
+from tests.image_meta.derive import IMAGE, needs_image
 
-IMAGE = os.environ.get("SM120_IMAGE", "").strip()
 pytestmark = [pytest.mark.image, pytest.mark.docker]
-needs_image = pytest.mark.skipif(not IMAGE, reason="set SM120_IMAGE=TAG (an image made by build.py build)")
 
 
 def leftover(dc) -> list[str]:
     return [(c.get("Names") or [c["Id"]])[0] for c in docker_env.run_containers(dc)]
-
-
-Files = dict[str, tuple[bytes, int]]
-
-
-def followed(dc, image: str, add: Files) -> Files:
-    """`add` with each file's directory as the image resolves it (`readlink -m` in a throw-away container): a COPY
-    follows the image's links (/usr/local/cuda -> cuda-13.0, its lib64 -> targets/x86_64-linux/lib), where a layer's
-    own directory of that name would hide the link and all behind it."""
-    dirs = sorted({path.rpartition("/")[0] for path in add})
-    out = dc.containers.run(image, entrypoint=["readlink", "-m", *dirs], network_mode="none", remove=True, user="root")
-    real = dict(zip(dirs, out.decode().split(), strict=True))
-    return {f"{real[d]}/{name}": value for path, value in add.items() for d, _, name in [path.rpartition("/")]}
-
-
-@pytest.fixture
-def derived(dc) -> Iterator:
-    """derived(base, add={path: (bytes, mode)}, remove=[paths], config={key: value}) -> the tag of `base` (None:
-    scratch) plus that one layer and configuration (tests/image_meta/derive.py: `docker load`, well under a
-    second, nothing committed; the added files' directories resolved in the image first, see `followed`); the
-    tags are removed after the test."""
-    made: list[str] = []
-
-    def make(base: str | None, add: Files | None = None, **change) -> str:
-        if base and add:
-            add = followed(dc, base, add)
-        tag = derive(dc, base, f"sm120-verify-test:{uuid.uuid4().hex[:10]}", add=add, **change)
-        made.append(tag)
-        return tag
-
-    yield make
-    for tag in made:
-        dc.images.remove(tag, force=True)
 
 
 @needs_image
