@@ -2,7 +2,7 @@
 #
 # `python3 build.py build [--profile offline]` passes every ARG below from the resolved plan (build.toml).
 # Each default is declared once, here, above the first FROM, and mirrors build.toml's default track and profile
-# (SGLang 0.5.9, release) for people who run `docker buildx build .` by hand; tests/unit/test_dockerfile.py
+# (SGLang 0.5.23, release) for people who run `docker buildx build .` by hand; tests/unit/test_dockerfile.py
 # keeps them equal to the plan. Stages re-declare the ARGs they use without a value.
 #
 # Stage order: devel -> torch -> flash-attn, sgl-kernel (compiled kernels) -> sglang (dependencies) -> kernels
@@ -15,10 +15,10 @@ ARG BASE_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
 ARG RUNTIME_BASE_IMAGE=nvidia/cuda:13.0.1-base-ubuntu24.04
 ARG PROFILE=release
 ARG PYTHON_VERSION=3.12
-ARG SGLANG_VERSION=0.5.9
-ARG TORCH_VERSION=2.9.1
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130
-ARG FLASHINFER_VERSION=0.6.3
+ARG SGLANG_VERSION=0.5.23
+ARG TORCH_VERSION=2.14.1
+ARG TORCH_INDEX_URL=
+ARG FLASHINFER_VERSION=0.7.2
 ARG FLASH_ATTN_VERSION=2.8.3
 ARG FLASH_ATTN_CUDA_ARCHS=120
 ARG FLASH_ATTN_HEAD_DIMS=32,64,96,128,192,256
@@ -26,13 +26,13 @@ ARG FLASH_ATTN_DTYPES=fp16,bf16
 ARG FLASH_ATTN_BACKWARD=0
 ARG FLASH_ATTN_PATCHES=patches/flash-attn/2.8.3/kernel-subset.patch
 ARG FLASH_ATTN_ALLOW_CUDA_MISMATCH=0
-ARG CXX_STD=17
-ARG SGL_KERNEL_PACKAGE=sgl-kernel
-ARG SGL_KERNEL_VERSION=0.3.21
-ARG SGL_KERNEL_SOURCE=wheel
-ARG SGL_KERNEL_WHEEL_URL=https://github.com/sgl-project/whl/releases/download/v0.3.21/sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl
-ARG SGL_KERNEL_WHEEL_SHA256=4be1313f82808f0fb6df8107e79f6b6cea07a4aa2b20139e0342eafe31eb28bd
-ARG FIXUP_PINS="nvidia-cudnn-cu13==9.16.0.29 nvidia-nccl-cu13==2.28.3 cuda-python==13.1.1"
+ARG CXX_STD=20
+ARG SGL_KERNEL_PACKAGE=sglang-kernel
+ARG SGL_KERNEL_VERSION=0.4.10
+ARG SGL_KERNEL_SOURCE=pypi
+ARG SGL_KERNEL_WHEEL_URL=
+ARG SGL_KERNEL_WHEEL_SHA256=
+ARG FIXUP_PINS=
 ARG IMAGE_USER=sglang
 ARG IMAGE_UID=1000
 ARG CACHE_DIR=/var/cache/sglang

@@ -353,12 +353,11 @@ class _ImageJob:
         self.cache_volume = args.cache_volume or f"{plan.tags[0].split(':')[0].rsplit('/', 1)[-1]}-cache"
         self.grid_points: list[grid.Point] = []
         if args.spec_grid:
-            spec_modes = [m for m in self.modes if modes_known[m].spec_num_steps is not None]
+            spec_modes = [m for m in self.modes if modes_known[m].draft]
             if not spec_modes:
                 raise UsageError("--spec-grid sweeps EAGLE-3 settings: add eagle3 to --modes")
             self.spec_mode = spec_modes[0]
-            ref = modes_known[self.spec_mode]
-            reference = (ref.spec_num_steps, ref.spec_eagle_topk, ref.spec_num_draft_tokens)
+            reference = modes_known[self.spec_mode].draft_tree  # None where the track leaves it to SGLang
             self.grid_points = grid.points(
                 grid.parse_list(args.grid_steps, "--grid-steps"),
                 grid.parse_list(args.grid_topk, "--grid-topk"),

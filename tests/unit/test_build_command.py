@@ -14,7 +14,7 @@ def test_print_shows_the_plans_args_labels_and_registry_tags():
     assert out.returncode == 0, out.stderr
     cmd = shlex.split(out.stdout)
     assert cmd[1:3] == ["buildx", "build"]
-    assert "ghcr.io/example/sglang-sm120:0.5.9-cu13.0.1-offline" in cmd and "x:y" in cmd
+    assert "ghcr.io/example/sglang-sm120:0.5.23-cu13.0.1-offline" in cmd and "x:y" in cmd
     assert "BASE_IMAGE=sglang-sm120-base:13.0.1-devel" in cmd
     assert "sglang-sm120.profile=offline" in cmd
 

@@ -44,7 +44,8 @@ WORK = "/tmp/sm120-startup"
 MODELS = f"{WORK}/models"
 PROBE = Path(startup.__file__).with_name("startup_probe.py")
 DEVICES = 8  # TP 8: the reference run's eight cards
-CASES = [f"{family.key}/{mode}" for family in startup.FAMILIES for mode in startup.MODES]
+REFUSED: dict[str, str] = {}  # case -> the entrypoint's error, where it refuses the case's drafter
+CASES = startup.cases(name for name, mode in cfg.load().modes.items() if mode.draft)
 
 
 @pytest.fixture(scope="module")
@@ -88,11 +89,15 @@ def probe(box, image, host, image_uid, staged, card) -> Callable[..., dict[str, 
     return _probe
 
 
-def _dry_run(box, image, mode: str, family: startup.Family) -> tuple[dict[str, str], list[str]]:
+def _dry_run(box, image, mode: str, family: startup.Family) -> tuple[dict[str, str], list[str]] | str:
+    """The command the entrypoint prints, or its error when it refuses the case (exit 2: a drafter class this
+    image's SGLang does not have; test_a_drafter_the_image_lacks_is_refused_naming_its_tracks judges that)."""
     env = {"TP_SIZE": str(DEVICES), "MODEL_PATH": f"{MODELS}/{family.key}/target"}
     if cfg.load().modes[mode].draft:
         env["DRAFT_MODEL_PATH"] = f"{MODELS}/{family.key}/draft"
     rc, stdout, stderr = entrypoint(box, image, [mode, "--dry-run"], env)
+    if rc == 2 and "has no drafter class" in stderr:
+        return " ".join(stderr.split())
     if rc != 0:
         pytest.fail(f"{family.key}: `{mode} --dry-run` exited {rc}: {stderr.strip()[-400:]}", False)
     lines = [line for line in stdout.strip().splitlines() if line.strip()]
@@ -116,7 +121,10 @@ def commands(request, box, image, staged) -> dict[str, tuple[dict[str, str], lis
         return {}
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {case: pool.submit(_dry_run, box, image, mode, family) for case, (mode, family) in jobs.items()}
-        found = {case: future.result() for case, future in futures.items()}
+        results = {case: future.result() for case, future in futures.items()}
+    found = {case: r for case, r in results.items() if not isinstance(r, str)}
+    REFUSED.update({case: r for case, r in results.items() if isinstance(r, str)})
+    REPORT.startup["refused_by_entrypoint"] = dict(REFUSED)
     REPORT.startup["commands"] = {
         case: shlex.join([*(f"{k}={v}" for k, v in env.items()), *argv]) for case, (env, argv) in found.items()
     }
@@ -179,6 +187,11 @@ def server_args(run) -> dict[str, Any]:
     return run
 
 
+def _skip_refused(case: str) -> None:
+    if case in REFUSED:
+        pytest.skip(f"{case}: the entrypoint refuses its drafter on this track (judged by the drafter check)")
+
+
 def _boundaries(found: dict[str, Any]) -> list[str]:
     return [f"{b['call']} from {b['sglang_frame']}" for b in found.get("boundaries_all", [])]
 
@@ -234,6 +247,7 @@ def test_sglang_accepts_the_entrypoints_command(case: str, server_args):
     """SGLang's own ServerArgs and post-init checks, the server's launch checks (the cuDNN gate included), the
     scheduler's runner set-up and the model loader's quantization step: every refusal is named."""
     assert "error" not in server_args, f"the probe stopped: {startup.describe_failure(server_args['error'])}"
+    _skip_refused(case)
     rec = server_args["cases"].get(case)
     assert rec is not None, f"{case} was not run"
     runners = rec.get("runners", {})
@@ -254,6 +268,7 @@ def test_sglang_accepts_the_entrypoints_command(case: str, server_args):
 
 @pytest.mark.parametrize("case", CASES)
 def test_no_decision_lands_on_an_sm120_trap(case: str, server_args, expect):
+    _skip_refused(case)
     rec = server_args["cases"].get(case) or {}
     if "settings" not in rec:
         pytest.skip(f"{case}: SGLang made no decisions (see test_sglang_accepts_the_entrypoints_command)")
@@ -267,6 +282,7 @@ def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect
     """A trap is only as good as the decision it reads: each one that holds for this release and quantization must
     find at least one of its settings among what SGLang decided (a release that renames or nests a setting would
     otherwise pass the trap check by reading nothing)."""
+    _skip_refused(case)
     rec = server_args["cases"].get(case) or {}
     if "settings" not in rec:
         pytest.skip(f"{case}: SGLang made no decisions (see test_sglang_accepts_the_entrypoints_command)")
@@ -274,9 +290,28 @@ def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect
     blind = [
         trap
         for trap in cfg.load().sm120_traps
-        if trap.applies(expect.sglang, decided.get("quantization")) and not set(trap.settings) & set(decided)
+        if trap.applies(expect.sglang, decided.get("quantization"), decided.get("draft_attention"))
+        and not set(trap.settings) & set(decided)
     ]
     assert not blind, "; ".join(
         f"SGLang {expect.sglang} decided none of {', '.join(t.settings)}: the trap '{t.reason[:60]}...' reads nothing"
         for t in blind
     )
+
+
+DRAFTER_CASES = [c for c in CASES if startup.family(c).drafter is not startup.eagle3_drafter]
+
+
+@pytest.mark.parametrize("case", DRAFTER_CASES)
+def test_a_drafter_the_image_lacks_is_refused_naming_its_tracks(case: str, server_args, registry):
+    """A drafter class only some tracks' SGLang has (the MLA drafter): where SGLang's own registry in this image has
+    it, the entrypoint accepts it and SGLang starts the case (the checks above); where the registry lacks it, the
+    entrypoint refuses it in one line naming the tracks and images that have it."""
+    drafter = startup.family(case).draft_class
+    in_registry = drafter in set(registry.get("archs") or [])
+    if case not in REFUSED:
+        assert in_registry, f"{case}: the entrypoint accepted {drafter}, which SGLang's registry here lacks"
+        assert case in server_args["cases"], f"{case}: accepted but not run"
+        return
+    assert not in_registry, f"{case}: the entrypoint refused {drafter}, which SGLang's registry has: {REFUSED[case]}"
+    assert "use the image of track" in REFUSED[case], f"{case}: the refusal names no track: {REFUSED[case]}"
