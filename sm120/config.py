@@ -64,6 +64,7 @@ class Image(Strict):
 class Defaults(Strict):
     sglang: str
     profile: str
+    mode: str  # what `docker run IMAGE` runs: the Dockerfile's CMD must be this mode
 
 
 class Cuda(Strict):
@@ -525,11 +526,17 @@ def _check_references(config: Config) -> None:
                 raise UsageError(f"{key}: outside the repository ({root}); patch files live under patches/")
             if not file.is_file():
                 raise UsageError(f"{key}: no such file")
-    needed = image_cmd_mode(config.root)
-    if needed is not None and needed not in config.modes:
+    default = config.defaults.mode
+    if default not in config.modes:
         raise UsageError(
-            f"{name}: [modes] has no {needed!r}, the mode the image's CMD runs (Dockerfile CMD [{needed!r}]) "
-            f"(modes: {', '.join(sorted(config.modes))}{suggest(needed, config.modes)})"
+            f"{name}: defaults.mode = {default!r} is not a mode "
+            f"(modes: {', '.join(sorted(config.modes))}{suggest(default, config.modes)})"
+        )
+    cmd = image_cmd_mode(config.root)
+    if cmd is not None and cmd != default:
+        raise UsageError(
+            f"{name}: defaults.mode = {default!r}, but the image's CMD runs {cmd!r} (Dockerfile CMD [{cmd!r}]): "
+            "make them the same mode"
         )
     if config.defaults.sglang not in config.tracks:
         raise UsageError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import subprocess
+from pathlib import Path
 
 from packaging.version import Version
 
@@ -18,6 +19,7 @@ from . import build_args as build_args_format
 from . import labels as labels_format
 from . import resources as res
 from .config import Config, FlashAttnKernels, Profile, Track
+from .config import load as load_config
 from .entrypoint.spec import (
     DrafterElsewhere,
     EntrypointSpec,
@@ -28,7 +30,6 @@ from .entrypoint.spec import (
     UpstreamCheckSpec,
 )
 from .errors import UsageError
-from .labels import sm
 from .plan_types import (
     ALL_HEAD_DIMS,
     FixupPin,
@@ -40,9 +41,8 @@ from .plan_types import (
     SkippedPatch,
     cuda_major,
     cuda_minor,
+    sm,
 )
-
-__all__ = ["ALL_HEAD_DIMS", "Plan", "render", "resolve", "sm"]
 
 
 def _sha256(path) -> str:
@@ -130,7 +130,6 @@ def _flash_attn(config: Config, track: Track, kernels: FlashAttnKernels) -> Flas
         dtypes=list(kernels.dtypes),
         backward=kernels.backward,
         cxx_std=track.cxx_std,
-        all_kernels=head_dims == ALL_HEAD_DIMS and set(kernels.dtypes) == {"fp16", "bf16"},
     )
 
 
@@ -237,11 +236,36 @@ def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str
         cuda_archs=cuda_archs,
         port=config.image.port,
         cache_dir=config.image.cache_dir,
+        default_mode=config.defaults.mode,
         modes=_modes(config, track),
         runtime=runtime,
         left_out=[LeftOutSpec(list(rule.args), rule.reason) for rule in track.left_out],
         drafters=_drafters(config, profile_name),
     )
+
+
+def load_plan(
+    config: Config | str | Path | None = None,
+    *,
+    profile: str | None = None,
+    sglang: str | None = None,
+    max_jobs: int | None = None,
+    cpus: int | None = None,
+    memory_gib: float | None = None,
+) -> Plan:
+    """The plan of build.toml (a loaded Config, a path, or None for the checkout's) for a profile and a track, on
+    this machine or on one of `cpus` CPUs and `memory_gib` GiB: what every command and benchmark resolves."""
+    if not isinstance(config, Config):
+        config = load_config(config)
+    machine = None
+    if cpus is not None or memory_gib is not None:
+        here = res.detect()
+        machine = res.Resources(
+            cpus=cpus or here.cpus,
+            memory_bytes=int(memory_gib * res.GIB) if memory_gib else here.memory_bytes,
+            source="given by --cpus/--memory-gib",
+        )
+    return resolve(config, profile=profile, sglang=sglang, max_jobs=max_jobs, machine=machine)
 
 
 def resolve(
@@ -319,7 +343,7 @@ def resolve(
         image=ImageSettings(**config.image.model_dump()),
         entrypoint=_entrypoint(config, track, version, list(config.cuda.archs), profile_name),
         tracks=sorted(config.tracks, key=Version),
-        profiles=sorted(config.profiles),
+        sm120_traps=[trap.model_dump() for trap in config.sm120_traps],
         warnings=warnings,
     )
     # The formats written from the plan itself, each by its own module.

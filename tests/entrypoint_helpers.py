@@ -62,6 +62,7 @@ def synthetic_plan(path: Path, *, version: str = "9.9.9", runtime=None, left_out
         "cuda_archs": ["12.0"],
         "port": 30000,
         "cache_dir": str(path.parent / "cache"),
+        "default_mode": "baseline",
         "modes": {
             "baseline": {"summary": "plain server", "args": [], "draft": False},
             "eagle3": {

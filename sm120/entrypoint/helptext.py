@@ -40,7 +40,7 @@ def _mode_line(spec: EntrypointSpec, name: str) -> str:
     ):
         if mode.draft and getattr(mode, key) is not None:
             preset += [option, str(getattr(mode, key))]
-    default = " (default)" if name == "baseline" else ""
+    default = " (default)" if name == spec.default_mode else ""
     text = f"{mode.summary}{default}" + (f": {' '.join(preset)}" if preset else "")
     if mode.draft:
         text += f". Draft tree: {mode.describe_draft_tree()}"

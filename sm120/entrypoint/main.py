@@ -27,7 +27,9 @@ from .spec import EntrypointSpec, ModeSpec
 
 # What an EAGLE-3 target must have (speculative/eagle_worker.py, model_executor/model_runner.py).
 EAGLE3_TARGET_HOOKS = ("get_embed_and_head", "set_eagle3_layers_to_capture")
-FALLBACK_MODES = ("baseline", "eagle3")  # for telling a mode from a program when the presets are unreadable
+# For telling a mode from a program when the image's plan is unreadable (the first: the default); otherwise the modes
+# and the default mode are the plan's (build.toml [modes] and [defaults] mode).
+FALLBACK_MODES = ("baseline", "eagle3")
 
 
 def _sglang(cmd_argv: list[str]) -> list[str]:
@@ -113,7 +115,9 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
     except UsageError as exc:
         loaded, plan_error = None, exc
     spec = loaded.spec if loaded else None
-    request = invocation.parse(argv, spec.modes if spec else FALLBACK_MODES, environ)
+    request = invocation.parse(
+        argv, spec.modes if spec else FALLBACK_MODES, environ, spec.default_mode if spec else FALLBACK_MODES[0]
+    )
     if request.program is not None:
         try:
             os.execvpe(request.program[0], request.program, dict(environ))

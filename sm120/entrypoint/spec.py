@@ -147,6 +147,7 @@ class EntrypointSpec:
     cuda_archs: list[str]
     port: int
     cache_dir: str
+    default_mode: str  # what `docker run IMAGE` runs (build.toml [defaults] mode, the Dockerfile's CMD)
     modes: dict[str, ModeSpec]
     runtime: list[RuntimeRuleSpec]
     left_out: list[LeftOutSpec]
@@ -155,6 +156,8 @@ class EntrypointSpec:
     def __post_init__(self) -> None:
         if not self.modes:
             raise SpecError(".modes is empty")
+        if self.default_mode not in self.modes:
+            raise SpecError(f".default_mode {self.default_mode!r} is not one of .modes")
 
 
 T = TypeVar("T")

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Sm120Trap
-from ..config import load as load_config
 from ..entrypoint.models import EAGLE3_MARK as EAGLE3_MARK
 
 # Architectures the project supports (README: Kimi-K2.5, the DeepSeek-V3 family); the EAGLE-3 drafters are
@@ -297,13 +296,11 @@ FAMILIES = (
     # sm_120 EAGLE-3 gains (Kimi-K2.6, 8x RTX PRO 6000) use that kind. Tracks whose SGLang lacks the class refuse it.
     Family("kimi-k25-nvfp4-mla", "Kimi-K2.5 NVFP4, MLA drafter", kimi_k25_nvfp4(), eagle3_mla_drafter, True),
 )
-MODES = tuple(load_config().modes)  # build.toml [modes]
 
 
-def cases(draft_modes: Iterable[str]) -> list[str]:
-    """Every family/mode case: a draft-only family in the draft modes alone."""
-    draft = set(draft_modes)
-    return [f"{f.key}/{m}" for f in FAMILIES for m in MODES if m in draft or not f.draft_only]
+def cases(modes: Mapping[str, bool]) -> list[str]:
+    """Every family/mode case for an image's modes (name -> needs a drafter): a draft-only family in its draft modes."""
+    return [f"{f.key}/{m}" for f in FAMILIES for m, draft in modes.items() if draft or not f.draft_only]
 
 
 def family(case: str) -> Family:

@@ -68,7 +68,13 @@ CASES: list[tuple[str, str, str, list[str]]] = [
     ),
     ("mode-name", "[modes.eagle3]", '[modes."-x"]', ["[modes.-x]: a mode name is"]),
     # the image's CMD
-    ("cmd-mode-missing", "[modes.baseline]", "[modes.plain]", ["[modes] has no 'baseline'", "CMD"]),
+    ("default-mode-missing", "[modes.baseline]", "[modes.plain]", ["defaults.mode = 'baseline' is not a mode"]),
+    (
+        "default-mode-not-the-cmd",
+        'mode = "baseline"',
+        'mode = "eagle3"',
+        ["defaults.mode = 'eagle3', but the image's CMD runs 'baseline'", "the same mode"],
+    ),
     # patches
     (
         "patch-twice",

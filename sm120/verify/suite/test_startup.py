@@ -36,16 +36,29 @@ from typing import Any
 
 import pytest
 
-from sm120 import config as cfg
+from sm120 import image_plan as image_plan_mod
 from sm120.verify import docker_env, persona, startup
-from sm120.verify.suite.conftest import REPORT, entrypoint, last_json
+from sm120.verify.suite.conftest import REPORT, entrypoint, last_json, plan_of_image
 
 WORK = "/tmp/sm120-startup"
 MODELS = f"{WORK}/models"
 PROBE = Path(startup.__file__).with_name("startup_probe.py")
 DEVICES = 8  # TP 8: the reference run's eight cards
 REFUSED: dict[str, str] = {}  # case -> the entrypoint's error, where it refuses the case's drafter
-CASES = startup.cases(name for name, mode in cfg.load().modes.items() if mode.draft)
+
+
+def _cases() -> list[str]:
+    """The cases of the image's own modes (its plan.json), so every track's image is judged by what it serves."""
+    plan = plan_of_image()
+    return startup.cases({name: mode.draft for name, mode in plan.entrypoint.modes.items()}) if plan else []
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "case" in metafunc.fixturenames:
+        metafunc.parametrize("case", _cases())
+    if "drafter_case" in metafunc.fixturenames:
+        others = [c for c in _cases() if startup.family(c).drafter is not startup.eagle3_drafter]
+        metafunc.parametrize("drafter_case", others)
 
 
 @pytest.fixture(scope="module")
@@ -89,11 +102,11 @@ def probe(box, image, host, image_uid, staged, card) -> Callable[..., dict[str, 
     return _probe
 
 
-def _dry_run(box, image, mode: str, family: startup.Family) -> tuple[dict[str, str], list[str]] | str:
+def _dry_run(box, image, plan, mode: str, family: startup.Family) -> tuple[dict[str, str], list[str]] | str:
     """The command the entrypoint prints, or its error when it refuses the case (exit 2: a drafter class this
     image's SGLang does not have; test_a_drafter_the_image_lacks_is_refused_naming_its_tracks judges that)."""
     env = {"TP_SIZE": str(DEVICES), "MODEL_PATH": f"{MODELS}/{family.key}/target"}
-    if cfg.load().modes[mode].draft:
+    if plan.entrypoint.modes[mode].draft:
         env["DRAFT_MODEL_PATH"] = f"{MODELS}/{family.key}/draft"
     rc, stdout, stderr = entrypoint(box, image, [mode, "--dry-run"], env)
     if rc == 2 and "has no drafter class" in stderr:
@@ -107,20 +120,21 @@ def _dry_run(box, image, mode: str, family: startup.Family) -> tuple[dict[str, s
 def _selected(request: pytest.FixtureRequest) -> tuple[set[str], bool]:
     """(the cases, whether the registry) that the selected checks of this module need (`-k` keeps runs short)."""
     items = [i for i in request.session.items if i.module is request.module]
-    cases = {i.callspec.params["case"] for i in items if hasattr(i, "callspec") and "case" in i.callspec.params}
+    params = [i.callspec.params for i in items if hasattr(i, "callspec")]
+    cases = {p[key] for p in params for key in ("case", "drafter_case") if key in p}
     return cases, any("registry" in i.fixturenames for i in items)
 
 
 @pytest.fixture(scope="module")
-def commands(request, box, image, staged) -> dict[str, tuple[dict[str, str], list[str]]]:
+def commands(request, box, image, plan, staged) -> dict[str, tuple[dict[str, str], list[str]]]:
     """case -> (env, SGLang arguments) of the command the image's entrypoint prints (`--dry-run`, TP 8), for
     the selected cases, at once (each runs SGLang's parser in the image: seconds of CPU)."""
     wanted, _ = _selected(request)
-    jobs = {f"{f.key}/{m}": (m, f) for f in startup.FAMILIES for m in startup.MODES if f"{f.key}/{m}" in wanted}
+    jobs = {case: (case.split("/", 1)[1], startup.family(case)) for case in _cases() if case in wanted}
     if not jobs:
         return {}
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        futures = {case: pool.submit(_dry_run, box, image, mode, family) for case, (mode, family) in jobs.items()}
+        futures = {case: pool.submit(_dry_run, box, image, plan, mode, family) for case, (mode, family) in jobs.items()}
         results = {case: future.result() for case, future in futures.items()}
     found = {case: r for case, r in results.items() if not isinstance(r, str)}
     REFUSED.update({case: r for case, r in results.items() if isinstance(r, str)})
@@ -242,7 +256,6 @@ def test_kernel_libraries_imported_at_module_level_load(registry):
         REPORT.warnings.append(f"start-up: {module} does not import: {startup.describe_failure(failure)}")
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_sglang_accepts_the_entrypoints_command(case: str, server_args):
     """SGLang's own ServerArgs and post-init checks, the server's launch checks (the cuDNN gate included), the
     scheduler's runner set-up and the model loader's quantization step: every refusal is named."""
@@ -266,19 +279,17 @@ def test_sglang_accepts_the_entrypoints_command(case: str, server_args):
         REPORT.warnings.append(f"start-up {case}: the scheduler's runner set-up: {why}")
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_no_decision_lands_on_an_sm120_trap(case: str, server_args, expect):
+def test_no_decision_lands_on_an_sm120_trap(case: str, server_args, expect, plan):
     _skip_refused(case)
     rec = server_args["cases"].get(case) or {}
     if "settings" not in rec:
         pytest.skip(f"{case}: SGLang made no decisions (see test_sglang_accepts_the_entrypoints_command)")
-    traps = cfg.load().sm120_traps
+    traps = image_plan_mod.traps(plan)  # the traps the image carries (build.toml's, in its plan.json)
     hits = startup.trap_hits(traps, expect.sglang, {case: startup.decisions(rec)})
     assert not hits, " | ".join(hit.message(expect.sglang) for hit in hits)
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect):
+def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect, plan):
     """A trap is only as good as the decision it reads: each one that holds for this release and quantization must
     find at least one of its settings among what SGLang decided (a release that renames or nests a setting would
     otherwise pass the trap check by reading nothing)."""
@@ -289,7 +300,7 @@ def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect
     decided = startup.decisions(rec)
     blind = [
         trap
-        for trap in cfg.load().sm120_traps
+        for trap in image_plan_mod.traps(plan)
         if trap.applies(expect.sglang, decided.get("quantization"), decided.get("draft_attention"))
         and not set(trap.settings) & set(decided)
     ]
@@ -299,14 +310,11 @@ def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect
     )
 
 
-DRAFTER_CASES = [c for c in CASES if startup.family(c).drafter is not startup.eagle3_drafter]
-
-
-@pytest.mark.parametrize("case", DRAFTER_CASES)
-def test_a_drafter_the_image_lacks_is_refused_naming_its_tracks(case: str, server_args, registry):
+def test_a_drafter_the_image_lacks_is_refused_naming_its_tracks(drafter_case: str, server_args, registry):
     """A drafter class only some tracks' SGLang has (the MLA drafter): where SGLang's own registry in this image has
     it, the entrypoint accepts it and SGLang starts the case (the checks above); where the registry lacks it, the
     entrypoint refuses it in one line naming the tracks and images that have it."""
+    case = drafter_case
     drafter = startup.family(case).draft_class
     in_registry = drafter in set(registry.get("archs") or [])
     if case not in REFUSED:
