@@ -241,5 +241,3 @@ def classify(unresolved_by_file: dict[str, list[str]], elf_files: Iterable[str],
                 else:
                     result.broken.setdefault(path, []).append(name)
     return result
-
-

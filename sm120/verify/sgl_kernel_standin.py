@@ -81,5 +81,3 @@ def install(names: Iterable[str] = DEFAULT_STUBBED) -> StubFinder:
             del sys.modules[name]
     sys.meta_path.insert(0, finder)
     return finder
-
-
