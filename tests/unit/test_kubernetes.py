@@ -309,6 +309,20 @@ def test_every_pods_dry_run_names_its_rank_and_the_leader(rendered, image_like, 
         assert "--enable-torch-symm-mem" not in argv
 
 
+def test_pipeline_parallel_over_the_nodes_from_the_literals(rendered, image_like):
+    """docs/kubernetes.md: for 3 x 8 GPUs (TP 24 divides no Kimi-K2.5 head count) the literals can say PP instead."""
+    docs = copy.deepcopy(rendered[3, MODES[0]])
+    one(docs, "ConfigMap")["data"].update({"TP_SIZE": "8", "EXTRA_ARGS": "--pp-size 3"})
+    lws = one(docs, "LeaderWorkerSet")
+    for index in range(3):
+        args = container(template(lws, index))["args"]
+        proc = run_entrypoint([*args, "--dry-run"], image_env(docs, index, image_like))
+        assert proc.returncode == 0, proc.stderr
+        _, argv = startup.split_command(shlex.split(proc.stdout.strip().splitlines()[-1]))
+        got = [startup.option_value(argv, o) for o in ("--tp-size", "--pp-size", "--nnodes", "--node-rank")]
+        assert got == ["8", "3", "3", str(index)]
+
+
 def test_a_pod_outside_lws_stops_with_a_clear_error(rendered, image_like):
     """Applied without LWS's webhook the variables stay unexpanded: the entrypoint refuses them in one line."""
     docs = rendered[2, MODES[0]]
