@@ -178,7 +178,8 @@ def _match(option: str, value: str | None, pattern: re.Pattern[str], allowed: st
 
 
 def image_reference(plan: Plan, registry: str | None) -> tuple[str, str]:
-    """The plan's first tag, with the registry prefix as `build.py build --registry` pushes it: (name, tag)."""
+    """The plan's first tag, with the registry prefix as `build.py build --registry` pushes it (commands.build
+    tags_for; tests/unit/test_kubernetes.py keeps the two equal): (name, tag)."""
     prefix = f"{registry.rstrip('/')}/" if registry else ""
     name, _, tag = (prefix + plan.tags[0]).rpartition(":")
     if not name or "/" in tag:

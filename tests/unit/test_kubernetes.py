@@ -24,6 +24,7 @@ from referencing import Registry, Resource
 from sm120 import config as cfg
 from sm120 import kubernetes
 from sm120 import plan as planmod
+from sm120.commands.build import tags_for
 from sm120.verify import startup
 from tests.entrypoint_helpers import fake_sglang, real_plan, run_entrypoint
 from tests.helpers import ROOT, run_build_py
@@ -172,7 +173,8 @@ def test_the_image_its_entrypoint_and_the_mode(rendered, nodes, mode):
     lws = one(rendered[nodes, mode], "LeaderWorkerSet")
     for index in (0, 1):
         c = container(template(lws, index))
-        assert c["image"] == f"{REGISTRY}/{PLAN.tags[0]}"
+        # The tag `build.py build --registry` pushes.
+        assert c["image"] == tags_for(PLAN, REGISTRY, [])[0]
         # The image's ENTRYPOINT (tini, the entrypoint): never a command of our own; the mode is its argument.
         assert "command" not in c
         assert c["args"] == [mode]
@@ -397,7 +399,7 @@ def test_the_choices_reach_the_manifests(tmp_path):
         env = pod_env(docs, index)
         assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["NCCL_IB_DISABLE"]) == ("net1", "net1", "0")
     newest = planmod.resolve(CONFIG, sglang=sorted(CONFIG.tracks)[-1])
-    assert container(template(lws, 0))["image"] == f"{REGISTRY}/{newest.tags[0]}"
+    assert container(template(lws, 0))["image"] == tags_for(newest, REGISTRY, [])[0]
 
 
 def test_without_registry_or_namespace_and_another_claim(tmp_path):
@@ -407,7 +409,7 @@ def test_without_registry_or_namespace_and_another_claim(tmp_path):
     docs = render(tmp_path / "out", *opts, "--models-pvc", "kimi-weights")
     assert all("namespace" not in d["metadata"] for d in docs)
     lws = one(docs, "LeaderWorkerSet")
-    assert container(template(lws, 0))["image"] == PLAN.tags[0]
+    assert container(template(lws, 0))["image"] == tags_for(PLAN, None, [])[0]
     assert pod_env(docs, 0)["LWS_LEADER_ADDRESS"].endswith(".default")
     for index in (0, 1):
         (models,) = [v for v in template(lws, index)["spec"]["volumes"] if v["name"] == "models"]

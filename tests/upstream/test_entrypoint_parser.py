@@ -27,6 +27,7 @@ from tests.entrypoint_helpers import (
     run_entrypoint,
     stderr_lines,
 )
+from tests.upstream.parsing import parse_commands
 
 CONFIG = cfg.load()
 TRACKS = sorted(CONFIG.tracks, key=Version)
@@ -49,22 +50,6 @@ def sglang_args(stdout: str) -> list[str]:
     return words[words.index("sglang.launch_server") + 1 :]
 
 
-PARSE = """
-import argparse
-from sglang.srt.server_args import ServerArgs
-from sglang.version import __version__
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise SystemExit("rejected: " + message)
-
-parser = Parser()
-ServerArgs.add_cli_args(parser)
-ns = parser.parse_args(ARGS)
-dest = {opt: parser._option_string_actions[opt].dest for opt in OPTIONS}
-emit({"version": __version__, **{opt: getattr(ns, d) for opt, d in dest.items()}})
-"""
-
 OPTIONS = [
     "--model-path",
     "--speculative-algorithm",
@@ -82,8 +67,7 @@ OPTIONS = [
 
 
 def parse_independently(run_snippet, python: Path, args: list[str], pythonpath=()) -> dict:
-    code = f"ARGS = {args!r}\nOPTIONS = {OPTIONS!r}\n" + PARSE
-    return run_snippet(python, code, pythonpath=pythonpath, stubs=False)
+    return parse_commands(run_snippet, python, [args], OPTIONS, pythonpath)[0]
 
 
 def ok(proc, version: str) -> None:

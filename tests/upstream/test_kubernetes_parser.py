@@ -12,7 +12,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 
 from sm120 import config as cfg
 from sm120 import plan as planmod
@@ -28,35 +27,18 @@ from tests.kubernetes_pods import (
     render,
     template,
 )
+from tests.upstream.conftest import TRACKS
+from tests.upstream.parsing import TIMEOUT_S, parse_commands
 
-CONFIG = cfg.load()
-TRACKS = sorted(CONFIG.tracks, key=Version)
 NODES, GPUS, NAMESPACE = 3, 8, "serving"
-TIMEOUT_S = 600  # importing SGLang's server_args takes 10-40 s on a small CPU machine
 
-PARSE = """
-import argparse
-from sglang.srt.server_args import ServerArgs
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise SystemExit("rejected: " + message)
-
-parser = Parser()
-ServerArgs.add_cli_args(parser)
-out = []
-for args in COMMANDS:
-    ns = parser.parse_args(args)
-    out.append({opt: getattr(ns, parser._option_string_actions[opt].dest) for opt in OPTIONS})
-emit(out)
-"""
 OPTIONS = ["--nnodes", "--node-rank", "--dist-init-addr", "--tp-size", "--port", "--model-path"]
 
 
 @pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
 def test_every_pods_command_passes_sglangs_parser(sglang_python, patched_tree, run_snippet, tmp_path, request):
     version = request.node.callspec.params["sglang_python"]
-    plan = planmod.resolve(CONFIG, sglang=version)
+    plan = planmod.resolve(cfg.load(), sglang=version)
     site = patched_tree(version)
     volume = models_volume(tmp_path / "models-volume")
     (tmp_path / "cache").mkdir()
@@ -87,14 +69,10 @@ def test_every_pods_command_passes_sglangs_parser(sglang_python, patched_tree, r
             _, argv = startup.split_command(shlex.split(proc.stdout.strip().splitlines()[-1]))
             commands.append((mode, index, leader_address(lws, 0, NAMESPACE), argv))
 
-    parsed = run_snippet(
-        sglang_python,
-        f"COMMANDS = {[c[3] for c in commands]!r}\nOPTIONS = {OPTIONS!r}\n" + PARSE,
-        pythonpath=[site],
-        stubs=False,
-    )
+    parsed = parse_commands(run_snippet, sglang_python, [c[3] for c in commands], OPTIONS, pythonpath=[site])
     assert len(parsed) == len(commands) == 2 * len(plan.entrypoint.modes)
     for (mode, index, leader, _), got in zip(commands, parsed, strict=True):
+        assert got["version"] == version
         assert got["--nnodes"] == NODES and got["--node-rank"] == index, (mode, index, got)
         # LWS's leader address is a DNS name (<lws>-<group>.<lws>.<namespace>), not an IP address.
         host, _, port = got["--dist-init-addr"].rpartition(":")
