@@ -22,7 +22,7 @@ import yaml
 
 from .config import suggest
 from .errors import CheckFailed, UsageError
-from .plan import Plan
+from .plan_types import Plan
 
 SOURCE = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
 # What `write` copies next to the kustomization (the schema under deploy/kubernetes is for the tests).

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import kubernetes
 from ..cli import Parser, add_config_args, positive_int
-from .plan import load_plan
+from .plan import plan_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = load_plan(args)
+    plan = plan_from_args(args)
     request = kubernetes.Request(
         nodes=args.nodes,
         gpus=args.gpus,
