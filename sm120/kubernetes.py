@@ -20,8 +20,7 @@ from typing import Any
 
 import yaml
 
-from .config import suggest
-from .errors import CheckFailed, UsageError
+from .errors import CheckFailed, UsageError, suggest
 from .plan_types import Plan
 
 SOURCE = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
