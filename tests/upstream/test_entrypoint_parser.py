@@ -88,8 +88,15 @@ def test_eagle3_as_the_image_ships_it(sglang_python, env, patched_tree, run_snip
     parsed = parse_independently(run_snippet, sglang_python, args, pythonpath=[site])
     assert parsed["version"] == version
     assert parsed["--speculative-algorithm"] == "EAGLE3"
-    assert (parsed["--speculative-num-steps"], parsed["--speculative-eagle-topk"]) == (2, 4)
-    assert parsed["--speculative-num-draft-tokens"] == 16
+    # The track's draft tree (build.toml [tracks."X".presets.eagle3]): 0.5.9 the reference run's 2/4/16; where the
+    # track leaves it to SGLang (0.5.23) none of the three reaches SGLang's parser, so SGLang chooses it.
+    presets = CONFIG.tracks[version].presets["eagle3"]
+    tree = (presets.spec_num_steps, presets.spec_eagle_topk, presets.spec_num_draft_tokens)
+    assert (
+        parsed["--speculative-num-steps"],
+        parsed["--speculative-eagle-topk"],
+        parsed["--speculative-num-draft-tokens"],
+    ) == tree
     assert parsed["--tp-size"] == 8 and parsed["--host"] == "0.0.0.0" and parsed["--port"] == 30000
     assert parsed["--model-path"] == env["MODEL_PATH"]
     assert parsed["--speculative-draft-model-path"] == env["DRAFT_MODEL_PATH"]
@@ -106,6 +113,31 @@ def test_eagle3_as_the_image_ships_it(sglang_python, env, patched_tree, run_snip
     if "--quantization" in nvfp4:
         assert parsed["--quantization"] == wanted("--quantization", None)
     assert ("SGLANG_ENABLE_JIT_DEEPGEMM=0" in proc.stdout.splitlines()[-1]) == (version == "0.5.9")
+
+
+@pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+def test_eagle3_with_the_mla_drafter(sglang_python, env, patched_tree, run_snippet, tmp_path, request):
+    """The MLA EAGLE-3 drafter (Eagle3DeepseekV2ForCausalLM, upstream's Kimi-K2.5 recipe): where the release registers
+    it, the command passes that release's parser with SGLang's own draft tree; where it does not (0.5.9), exit 2
+    naming the track that has it. The drafter's config.json is the T2.5 start-up check's."""
+    from sm120.verify import startup
+    from tests.entrypoint_helpers import write_model
+
+    version = request.node.callspec.params["sglang_python"]
+    site = patched_tree(version)
+    draft = write_model(tmp_path / "mla-drafter", startup.family("kimi-k25-nvfp4-mla/eagle3").draft["config.json"])
+    run_env = {**env, "PYTHONPATH": str(site), "DRAFT_MODEL_PATH": str(draft)}
+    proc = run_entrypoint(["eagle3", "--dry-run"], run_env, python=sglang_python, timeout=TIMEOUT_S)
+    if not InstalledSGLang(site / "sglang").registered("Eagle3DeepseekV2ForCausalLM"):
+        assert proc.returncode == 2, proc.stdout
+        assert "use the image of track" in " ".join(stderr_lines(proc)) and len(stderr_lines(proc)) <= 3
+        return
+    ok(proc, version)
+    parsed = parse_independently(run_snippet, sglang_python, sglang_args(proc.stdout), pythonpath=[site])
+    assert parsed["--speculative-draft-model-path"] == str(draft)
+    presets = CONFIG.tracks[version].presets["eagle3"]
+    assert parsed["--speculative-num-steps"] == presets.spec_num_steps
+    assert parsed["--speculative-eagle-topk"] == presets.spec_eagle_topk
 
 
 @pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
