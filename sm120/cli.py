@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from .errors import CheckFailed, UsageError
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS = ["plan", "patches", "base", "preflight", "build", "verify", "bench"]
+COMMANDS = ["plan", "patches", "track", "base", "preflight", "build", "verify", "bench"]
 
 
 class Parser(argparse.ArgumentParser):
