@@ -139,9 +139,10 @@ def requirements(metadata: str, envs: list[dict[str, str]], where: str) -> dict[
         try:
             req = Requirement(line)
         except InvalidRequirement as exc:
-            name = re.split(r"[\s\[<>=!~;@(]", line.strip(), maxsplit=1)[0]
-            if canonicalize_name(name) in _WANTED:
-                raise UsageError(f"{where}: cannot parse Requires-Dist {line!r} ({exc})") from None
+            name = canonicalize_name(re.split(r"[\s\[<>=!~;@(]", line.strip(), maxsplit=1)[0])
+            if name in _WANTED:
+                reason = str(exc).splitlines()[0]
+                raise UsageError(f"{_WANTED[name]}: {where}: cannot parse Requires-Dist {line!r} ({reason})") from None
             continue
         if req.marker is not None and not all(req.marker.evaluate(env) for env in envs):
             continue
@@ -149,7 +150,13 @@ def requirements(metadata: str, envs: list[dict[str, str]], where: str) -> dict[
     return found
 
 
-_WANTED = {canonicalize_name(n) for n in ("torch", "flashinfer-python", "cuda-python", *KERNEL_PACKAGES)}
+# The pins read, and the fact each one is.
+_WANTED = {
+    canonicalize_name("torch"): "torch.version",
+    canonicalize_name("flashinfer-python"): "flashinfer",
+    canonicalize_name("cuda-python"): "cuda-python",
+    **{canonicalize_name(n): "sgl_kernel.version" for n in KERNEL_PACKAGES},
+}
 
 
 def exact_pin(req: Requirement, line: str, fact: str, where: str) -> str:
