@@ -1,8 +1,8 @@
 """`build.py track`: make a new SGLang release a track of build.toml, and check one track alone.
 
 build.py track add VERSION [--from TRACK] [--dry-run]   # write [tracks."VERSION"] from what PyPI says
-build.py track check VERSION                          # the T1 checks of that track (minutes; the first run builds
-                                                      # its CPU-only venv)
+build.py track check VERSION [-k EXPR]                # the T1 checks of that track (minutes; the first run
+                                                      # builds its CPU-only venv)
 build.py track next                                   # the newest final release newer than the newest track
 
 `add` reads every fact it can (sm120/track_facts.py: the pins of the release's wheel, torch's CUDA build and C++
@@ -57,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     check = actions.add_parser("check", help="the T1 checks of one track: patches check, tests/upstream for it")
     check.add_argument("version", metavar="VERSION", help="a track of the checkout's build.toml")
+    check.add_argument("-k", dest="select", metavar="EXPR", help="run only the T1 tests matching EXPR (pytest -k)")
     check.set_defaults(func=run_check)
 
     nxt = actions.add_parser("next", help="print the newest final SGLang release newer than the newest track")
@@ -124,6 +125,8 @@ def run_check(args: argparse.Namespace) -> int:
     from ..verify.runner import _run_pytest
 
     cmd = [sys.executable, "-m", "pytest", str(T1_TESTS), "-q", "-p", "no:cacheprovider", f"--sglang-track={version}"]
+    if args.select:
+        cmd += ["-k", args.select]
     status = _run_pytest(cmd, env=None)
     if status == 5:
         raise CheckFailed(f"no T1 test was selected for track {version}")

@@ -498,3 +498,82 @@ def test_dt_needed_is_read_from_a_real_elf_file():
     found = elf.needed(Path(_ctypes.__file__))
     assert any(name.startswith("libc.so") or name.startswith("libffi") for name in found), found
     assert elf.TOOLKIT.search(b"\x00ptxas\x00Cuda compilation tools, release 13.0, V13.0.88\x00").group(0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# track next, track check (their plumbing; the T1 tests run them on the real releases)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _release(version: str, *, yanked: bool = False) -> list[dict[str, Any]]:
+    name = f"sglang-{version}-py3-none-any.whl"
+    return [{"filename": name, "url": name, "digests": {"sha256": "0" * 64}, "size": 1, "yanked": yanked}]
+
+
+@pytest.mark.parametrize(
+    ("releases", "expected"),
+    [
+        ({"0.5.23": _release("0.5.23"), "0.5.24rc0": _release("0.5.24rc0"), "0.5.24": _release("0.5.24")}, "0.5.24\n"),
+        (
+            {"0.5.23": _release("0.5.23"), "0.5.24": _release("0.5.24"), "0.5.25": _release("0.5.25", yanked=True)},
+            "0.5.24\n",
+        ),
+        ({"0.5.23": _release("0.5.23"), "0.5.24.dev1": _release("0.5.24.dev1")}, ""),
+    ],
+    ids=["newest-final", "yanked-skipped", "none"],
+)
+def test_track_next_names_the_newest_final_release_newer_than_the_newest_track(capsys, monkeypatch, releases, expected):
+    monkeypatch.setattr(pypi, "all_releases", lambda: releases)
+    rc, out, err = run_cli(capsys, "track", "next")
+    assert rc == 0 and out == expected, err
+    if not expected:
+        assert "no final SGLang release on PyPI is newer than 0.5.23, the newest track" in err
+
+
+@pytest.fixture
+def t1(monkeypatch: pytest.MonkeyPatch):
+    """track check with its two steps replaced: what it ran, and the pytest status to answer."""
+    from sm120.commands import track as track_command
+    from sm120.verify import runner
+
+    ran: dict[str, Any] = {"status": 0}
+    monkeypatch.setattr(track_command.patches_command, "run_check", lambda args: ran.setdefault("patches", args.sglang))
+
+    def pytest_run(cmd, env):
+        ran["cmd"] = cmd
+        return ran["status"]
+
+    monkeypatch.setattr(runner, "_run_pytest", pytest_run)
+    return ran
+
+
+def test_track_check_runs_patches_check_then_that_tracks_t1_tests(capsys, t1):
+    rc, _, err = run_cli(capsys, "track", "check", "0.5.23", "-k", "kimi")
+    assert rc == 0, err
+    assert t1["patches"] == "0.5.23"
+    assert t1["cmd"][1:3] == ["-m", "pytest"] and t1["cmd"][3] == str(cfg.ROOT / "tests" / "upstream")
+    assert "--sglang-track=0.5.23" in t1["cmd"] and t1["cmd"][-2:] == ["-k", "kimi"]
+    assert "track check 0.5.23: passed" in err
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (1, "the T1 checks of track 0.5.23 failed (pytest exit status 1; see above)"),
+        (5, "no T1 test was selected for track 0.5.23"),
+    ],
+)
+def test_track_check_fails_when_its_tests_do(capsys, t1, status, expected):
+    t1["status"] = status
+    rc, _, err = run_cli(capsys, "track", "check", "0.5.23")
+    assert rc == 1 and err.strip().splitlines()[-1] == f"build.py track: failed: {expected}", err
+
+
+def test_track_check_refuses_what_it_cannot_check(capsys, t1, monkeypatch, tmp_path):
+    rc, _, err = run_cli(capsys, "track", "check", "0.5.8")
+    assert rc == 2 and "no track for SGLang '0.5.8'" in err and "cmd" not in t1
+    from sm120.commands import track as track_command
+
+    monkeypatch.setattr(track_command, "T1_TESTS", tmp_path / "tests" / "upstream")
+    rc, _, err = run_cli(capsys, "track", "check", "0.5.23")
+    assert rc == 2 and "which this copy lacks: run it in a checkout" in err
