@@ -147,11 +147,11 @@ class _Writer:
             self.lines.append("")
             if isinstance(value, dict):
                 self.table((*path, key), value)
-            else:
-                self.lines += self.notes((*path, key))
+            else:  # an array of tables: each entry marked (a runtime rule, a fix-up, ... is reviewed one by one)
                 for i, entry in enumerate(value):
                     if i:
                         self.lines.append("")
+                    self.lines += self.notes((*path, key))
                     self.table((*path, key), entry, aot=True, notes=False)
 
 

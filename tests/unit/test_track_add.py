@@ -178,6 +178,8 @@ def test_every_fact_names_its_source_and_copied_keys_are_marked_for_review(capsy
     )
     assert comment_above('flash_attn = "2.8.3"').startswith('review: copied from [tracks."0.5.9"]')
     assert comment_above('[[tracks."0.5.23".runtime]]').startswith('review: copied from [tracks."0.5.9"]')
+    entries = [n for n, line in enumerate(lines) if line.startswith("[[")]
+    assert entries and all(lines[n - 1].startswith("# review: copied from") for n in entries), "each entry is marked"
     assert "Note: sglang 0.5.23 requires cuda-python>=13.0: bindings for CUDA 13" in " ".join(lines[:6])
     assert 'install = {release = "pypi", offline = "pypi"}' in out
 
