@@ -76,6 +76,17 @@ def add_config_args(parser: argparse.ArgumentParser, *, sglang: bool = True, pro
         parser.add_argument("--sglang", metavar="VERSION", help="SGLang track (default: defaults.sglang)")
 
 
+def add_machine_args(parser: argparse.ArgumentParser) -> None:
+    """The options that plan for another builder than this machine (plan, build)."""
+    parser.add_argument("--max-jobs", type=positive_int, metavar="N", help="override the derived compile parallelism")
+    parser.add_argument(
+        "--cpus", type=positive_int, metavar="N", help="plan for a machine with N CPUs (default: this one)"
+    )
+    parser.add_argument(
+        "--memory-gib", type=positive_float, metavar="G", help="plan for a machine with G GiB (default: this one)"
+    )
+
+
 def _needs(command: str, package: str):
     def fail(args: argparse.Namespace) -> int:
         raise UsageError(
