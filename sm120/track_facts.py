@@ -42,8 +42,7 @@ from packaging.version import Version
 from . import patching, pypi, wheel_members
 from .config import Config, Patch
 from .errors import CheckFailed, UsageError
-from .labels import sm
-from .plan_types import cuda_major
+from .plan_types import cuda_major, sm
 from .verify import elf
 
 # Every key `track add` derives (a path in [tracks."X"]); every other key of the --from track is copied for review.

@@ -128,25 +128,36 @@ class _Writer:
             return _comment(self.review)
         return []
 
-    def table(self, path: tuple[str, ...], data: dict[str, Any], *, aot: bool = False, notes: bool = True) -> None:
+    def table(
+        self, path: tuple[str, ...], data: dict[str, Any], *, aot: bool = False, notes: bool = True, above=()
+    ) -> None:
+        """`above`: comment lines a super-table without keys of its own hands to its first table."""
         header = ".".join(["tracks", _key(self.version), *(_key(p) for p in path)])
-        if notes:
-            self.lines += self.notes(path)
-        self.lines.append(f"[[{header}]]" if aot else f"[{header}]")
-        nested = []
+        above = [*above, *(self.notes(path) if notes else [])]
+        plain, nested = [], []
         for key, value in data.items():
             sub = (*path, key)
             facts_under = any(len(d) > len(sub) and d[: len(sub)] == sub for d in self.derived.facts)
             if (isinstance(value, dict) and not aot and (facts_under or not _inline(value))) or _is_aot(value):
                 nested.append((key, value))
-                continue
+            else:
+                plain.append((key, value))
+        if not plain and nested and not aot and path and isinstance(nested[0][1], dict):
+            pass  # no keys of its own ([tracks."X".presets] holds only tables): its tables' headers define it
+        else:
+            self.lines += above
+            above = []
+            self.lines.append(f"[[{header}]]" if aot else f"[{header}]")
+        for key, value in plain:
             if not aot:
                 self.lines += self.notes((*path, key))
             self.lines.append(f"{_key(key)} = {value_text(value)}")
-        for key, value in nested:
-            self.lines.append("")
+        for n, (key, value) in enumerate(nested):
+            if n or self.lines[-1:] != [""]:
+                self.lines.append("")
             if isinstance(value, dict):
-                self.table((*path, key), value)
+                self.table((*path, key), value, above=above)
+                above = []
             else:  # an array of tables: each entry marked (a runtime rule, a fix-up, ... is reviewed one by one)
                 for i, entry in enumerate(value):
                     if i:
