@@ -104,8 +104,13 @@ def test_eagle3_as_the_image_ships_it(sglang_python, env, patched_tree, run_snip
     parsed = parse_independently(run_snippet, sglang_python, args, pythonpath=[site])
     assert parsed["version"] == version
     assert parsed["--speculative-algorithm"] == "EAGLE3"
-    assert (parsed["--speculative-num-steps"], parsed["--speculative-eagle-topk"]) == (2, 4)
-    assert parsed["--speculative-num-draft-tokens"] == 16
+    # The track's draft tree as build.toml writes it ([tracks."X".presets.eagle3]; none: SGLang chooses it).
+    tree = CONFIG.tracks[version].presets["eagle3"]
+    assert (parsed["--speculative-num-steps"], parsed["--speculative-eagle-topk"]) == (
+        tree.spec_num_steps,
+        tree.spec_eagle_topk,
+    )
+    assert parsed["--speculative-num-draft-tokens"] == tree.spec_num_draft_tokens
     assert parsed["--tp-size"] == 8 and parsed["--host"] == "0.0.0.0" and parsed["--port"] == 30000
     assert parsed["--model-path"] == env["MODEL_PATH"]
     assert parsed["--speculative-draft-model-path"] == env["DRAFT_MODEL_PATH"]
