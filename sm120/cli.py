@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import math
 import re
 import sys
 from collections.abc import Sequence
 
-from .errors import CheckFailed, UsageError
+from .errors import CheckFailed, UsageError, suggest
 
 # Subcommand modules, in the order `--help` lists them.
 COMMANDS = ["plan", "patches", "track", "base", "preflight", "build", "verify", "bench"]
@@ -28,9 +27,7 @@ def _closest(message: str) -> str:
     match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
     if not match:
         return ""
-    choices = re.findall(r"'?([^',\s]+)'?", match.group(2))
-    close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
-    return f"; perhaps you meant {close[0]!r}" if close else ""
+    return suggest(match.group(1), re.findall(r"'?([^',\s]+)'?", match.group(2)))
 
 
 def positive_int(text: str) -> int:

@@ -5,11 +5,9 @@ Every error names the file, the key and what is allowed, in one line (`UsageErro
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +26,7 @@ from pydantic import (
 )
 
 from .entrypoint.spec import CONDITIONS, draft_tree_most
-from .errors import UsageError
+from .errors import UsageError, suggest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -386,12 +384,6 @@ class Config(Strict):
                 f"(patches: {', '.join(sorted(self.patches))}{suggest(name, self.patches)})"
             )
         return self.patches[name]
-
-
-def suggest(name: object, allowed: Iterable[str]) -> str:
-    """' (perhaps you meant X)' for the closest allowed name (as cibuildwheel does), or ''."""
-    close = difflib.get_close_matches(str(name), list(allowed), n=1, cutoff=0.6)
-    return f"; perhaps you meant {close[0]!r}" if close else ""
 
 
 def _where(loc: tuple[Any, ...]) -> str:

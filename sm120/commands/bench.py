@@ -22,8 +22,7 @@ from ..bench import client, grid, report, runner
 from ..bench import prompts as prompts_mod
 from ..bench.results import BASELINE, Label, Results, open_results
 from ..cli import add_config_args, integer, non_negative_int, positive_float, positive_int
-from ..config import suggest
-from ..errors import CheckFailed, UsageError
+from ..errors import CheckFailed, UsageError, suggest
 from ..plan_types import Plan
 from .plan import plan_from_args
 

@@ -243,14 +243,6 @@ def classify(unresolved_by_file: dict[str, list[str]], elf_files: Iterable[str],
     return result
 
 
-def split_driver(missing: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(driver libraries, anything else) among unresolved sonames."""
-    driver, other = [], []
-    for name in missing:
-        (driver if DRIVER_LIBRARY.match(name) else other).append(name)
-    return driver, other
-
-
 # ---------------------------------------------------------------------------------------------------
 # A prebuilt kernel wheel's facts (`build.py track add`): the CUDA libraries it links, the toolkit its cubins
 # were compiled with, which libraries verify holds to sm_120.

@@ -35,25 +35,6 @@ def kimi_target(directory: Path, *, nvfp4: bool = True, architecture: str = "Kim
     return write_model(directory, config)
 
 
-def mla_draft(directory: Path, **overrides: Any) -> Path:
-    """An MLA EAGLE-3 drafter for Kimi-K2.5 (Eagle3DeepseekV2ForCausalLM, SGLang >= 0.5.12): DeepSeek-V3 attention
-    fields (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim), one layer, the target's hidden size."""
-    config: dict[str, Any] = {
-        "architectures": ["Eagle3DeepseekV2ForCausalLM"],
-        "model_type": "deepseek_v3",
-        "hidden_size": 7168,
-        "num_hidden_layers": 1,
-        "kv_lora_rank": 512,
-        "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 128,
-        "vocab_size": 163840,
-        "draft_vocab_size": 32000,
-    }
-    config.update(overrides)
-    return write_model(directory, config)
-
-
 def eagle3_draft(directory: Path, *, architecture: str = "LlamaForCausalLMEagle3", **overrides: Any) -> Path:
     config: dict[str, Any] = {
         "architectures": [architecture],

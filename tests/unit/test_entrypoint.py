@@ -393,7 +393,8 @@ def test_real_plan_presets(tmp_path, models, version):
     tree = [values(argv, o) for o in ("--speculative-num-steps", "--speculative-eagle-topk")]
     tree.append(values(argv, "--speculative-num-draft-tokens"))
     (comment,) = [line for line in proc.stdout.splitlines() if line.startswith("# draft tree: ")]
-    if version == "0.5.9":  # the reference run's EAGLE-3 settings (../shared/seeds): steps 2, top-k 4, draft tokens 16
+    # 0.5.9: the reference run's EAGLE-3 settings (docs/reference-run.md): steps 2, top-k 4, draft tokens 16
+    if version == "0.5.9":
         assert tree == [["2"], ["4"], ["16"]]
         assert comment.startswith("# draft tree: steps 2, top-k 4, draft tokens 16: the reference run's")
     else:  # 0.5.23 chooses the tree itself (3/1/4 for Kimi-K2.5): nothing is passed, and the dry run says why

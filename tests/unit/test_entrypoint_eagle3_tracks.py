@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sm120.verify.model_configs import mla_draft
+from sm120.verify import startup
 from tests.entrypoint_helpers import (
     clean_env,
     eagle3_draft,
@@ -17,7 +17,14 @@ from tests.entrypoint_helpers import (
     real_plan,
     run_entrypoint,
     stderr_lines,
+    write_model,
 )
+
+KIMI = startup.family("kimi-k25-nvfp4-mla/eagle3")  # the T2.5 start-up check's MLA drafter, here on the host
+
+
+def mla_draft(directory):
+    return write_model(directory, KIMI.draft["config.json"])
 
 
 @pytest.fixture(scope="module")
