@@ -95,6 +95,32 @@ def all_releases() -> dict[str, list[dict[str, Any]]]:
     return _RELEASES
 
 
+_PROJECTS: dict[str, dict[str, list[dict[str, Any]]]] = {}
+
+
+def releases_of(project: str) -> dict[str, list[dict[str, Any]]]:
+    """{version: [file, ...]} of any project on PyPI (torch, sglang-kernel, ...), fetched once per process;
+    sglang's through all_releases."""
+    if project == PACKAGE:
+        return all_releases()
+    if project not in _PROJECTS:
+        data = _get_json(f"{INDEX}/{project}/json")
+        if data is None:
+            raise UsageError(f"PyPI has no project {project!r}")
+        _PROJECTS[project] = data["releases"]
+    return _PROJECTS[project]
+
+
+def release_files(project: str, version: str) -> list[dict[str, Any]] | None:
+    """The files of one release of `project` (matching 0.5.10.post1 == 0.5.10-post1), or None when PyPI has none."""
+    releases = releases_of(project)
+    files = releases.get(version)
+    if files is None:
+        wanted = Version(version)
+        files = next((f for v, f in releases.items() if _same(v, wanted)), None)
+    return files
+
+
 def final_releases(minimum: str) -> list[str]:
     """Every final release (no pre-, dev-release; post-releases included) >= minimum with files not all yanked."""
     floor = Version(minimum)
@@ -112,7 +138,7 @@ def final_releases(minimum: str) -> list[str]:
     return sorted(out, key=Version)
 
 
-def _pick(version: str, files: list[dict[str, Any]]) -> WheelFile:
+def _pick(version: str, files: list[dict[str, Any]], project: str = PACKAGE) -> WheelFile:
     wheels = [f for f in files if f["filename"].endswith(".whl") and not f.get("yanked")]
 
     def rank(f: dict[str, Any]) -> tuple[int, str]:
@@ -126,11 +152,16 @@ def _pick(version: str, files: list[dict[str, Any]]) -> WheelFile:
         return (3, name)
 
     if not wheels:
-        raise CheckFailed(f"sglang {version} has no wheel on PyPI (only {', '.join(f['filename'] for f in files)})")
+        raise CheckFailed(f"{project} {version} has no wheel on PyPI (only {', '.join(f['filename'] for f in files)})")
     best = min(wheels, key=rank)
     # PyPI answers absolute URLs; a mirror may answer ones relative to the JSON document.
-    url = urljoin(f"{INDEX}/{PACKAGE}/json", best["url"])
+    url = urljoin(f"{INDEX}/{project}/json", best["url"])
     return WheelFile(version, best["filename"], url, best["digests"]["sha256"], best["size"])
+
+
+def pick_wheel(project: str, version: str, files: list[dict[str, Any]]) -> WheelFile:
+    """The wheel that stands for a release of any project: py3-none-any, else CPython 3.11 x86_64, else x86_64."""
+    return _pick(version, files, project)
 
 
 def _meta_path(version: str) -> Path:

@@ -63,3 +63,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def without_track(text: str, version: str) -> str:
+    """build.toml's text without [tracks."version"] (its tables, as `build.py track add` finds a track's block), and
+    with defaults.sglang moved to the newest track left when it named that one: the file `track add` starts from."""
+    import re
+
+    from packaging.version import Version
+
+    from sm120 import track_stanza
+    from sm120.errors import UsageError
+
+    lines = text.splitlines(keepends=True)
+    while True:
+        try:
+            first, end = track_stanza.track_span("".join(lines), version)
+        except UsageError:  # no table of that track left
+            break
+        lines[first:end] = []
+    out = "".join(lines)
+    tracks = set(re.findall(r'^\[\[?tracks\."([^"]+)"', out, re.MULTILINE))
+    newest = max(tracks, key=Version)
+    return re.sub(rf'^(sglang\s*=\s*)"{re.escape(version)}"', rf'\g<1>"{newest}"', out, count=1, flags=re.MULTILINE)

@@ -241,3 +241,94 @@ def classify(unresolved_by_file: dict[str, list[str]], elf_files: Iterable[str],
                 else:
                     result.broken.setdefault(path, []).append(name)
     return result
+
+
+# ---------------------------------------------------------------------------------------------------
+# A prebuilt kernel wheel's facts (`build.py track add`): the CUDA libraries it links, the toolkit its cubins
+# were compiled with, which libraries verify holds to sm_120.
+# ---------------------------------------------------------------------------------------------------
+
+# Libraries of the sgl-kernel wheel that hold no sm_120 SASS by design, with the reason (pattern on the library's
+# path in site-packages, as `library_name` gives it). verify applies them only when a library indeed lacks it: a
+# build that compiles them for sm_120a is checked like the rest, and any other library without sm_120a fails.
+SGL_KERNEL_NOT_FOR_SM120 = [
+    (
+        r"sgl_kernel/flash_ops",
+        "FlashAttention-3 (Hopper-only: sm_80/86/90a); SGLang refuses the fa3 attention backend on sm_120 "
+        "('FlashAttention v3 Backend requires SM>=80 and SM<=90', srt/layers/attention/attention_registry.py)",
+    ),
+    (
+        r"sgl_kernel/flashmla_ops",
+        "FlashMLA (sm_90a/sm_100a kernels); on sm_120 SGLang's MLA attention defaults to the triton backend, "
+        "so only an explicit --attention-backend flashmla would need it (and fail)",
+    ),
+    (
+        r"deep_gemm/.*",
+        "DeepGEMM's host library: no device code of its own, it compiles kernels at run time (on the 0.5.9 track "
+        "it rejects sm_120 and the runtime rule no-jit-deepgemm turns its JIT off)",
+    ),
+    (
+        r"(lib/)?_?mscclpp.*",
+        "MSCCL++ (bundled with the wheel; SASS sm_80/sm_90 plus PTX the driver can JIT for sm_120), used only "
+        "with --enable-mscclpp, which is off by default and not set by the entrypoint",
+    ),
+]
+
+
+def not_for_sm120(library: str) -> str | None:
+    """Why `library` (as `library_name` gives it) holds no sm_120 SASS by design, or None."""
+    return next((why for pattern, why in SGL_KERNEL_NOT_FOR_SM120 if re.fullmatch(pattern, library)), None)
+
+
+def needed(path: Path) -> list[str]:
+    """The shared libraries an ELF file links (its DT_NEEDED entries, in order), read with pyelftools."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as handle:
+            dynamic = ELFFile(handle).get_section_by_name(".dynamic")
+            if dynamic is None:
+                return []
+            return [tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
+    except ELFError as exc:
+        raise RuntimeError(f"{path.name} is not an ELF file ({exc})") from None
+
+
+# The toolkit note nvcc's ptxas writes into every cubin (.note.nv.tkinfo), as `cuobjdump --dump-elf` shows it:
+# "Cuda compilation tools, release 13.0, V13.0.88".
+TOOLKIT = re.compile(rb"Cuda compilation tools, release (\d+)\.(\d+), V[0-9.]+")
+
+
+def toolkit_notes(path: Path, scratch: Path, tool: str | None = None) -> list[str]:
+    """The toolkit notes of the cubins in a library: its first cubin of each SASS arch is extracted into `scratch`
+    (`cuobjdump -xelf`; all cubins of a large library are gigabytes) and its .note.nv.tkinfo read (pyelftools)."""
+    from elftools.elf.elffile import ELFFile
+
+    tool = tool or cuobjdump()
+    listing = subprocess.run(
+        [tool, "--list-elf", str(path)], capture_output=True, text=True, check=False, timeout=300
+    ).stdout
+    first: dict[str, str] = {}
+    for line in listing.splitlines():
+        m = _CUBIN.search(line.strip())
+        if m and ":" in line:
+            first.setdefault(m.group(1), line.split(":", 1)[1].strip())
+    notes: set[str] = set()
+    for cubin in first.values():
+        scratch.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [tool, "-xelf", cubin, str(path)], cwd=scratch, capture_output=True, text=True, check=False, timeout=300
+        )
+        out = scratch / cubin
+        if proc.returncode != 0 or not out.is_file():
+            raise RuntimeError(f"cuobjdump -xelf {cubin} {path.name} exited {proc.returncode}: {proc.stderr[-300:]}")
+        try:
+            with open(out, "rb") as handle:
+                section = ELFFile(handle).get_section_by_name(".note.nv.tkinfo")
+                data = section.data() if section is not None else b""
+        finally:
+            for extracted in scratch.iterdir():
+                extracted.unlink()
+        notes.update(m.group(0).decode() for m in TOOLKIT.finditer(data))
+    return sorted(notes)

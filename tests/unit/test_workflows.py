@@ -25,7 +25,7 @@ from sm120 import config as cfg
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS_DIR = ROOT / ".github" / "workflows"
 ACTIONLINT_CONFIG = ROOT / ".github" / "actionlint.yaml"
-WORKFLOWS = ("ci.yml", "publish.yml", "gpu-benchmark.yml")
+WORKFLOWS = ("ci.yml", "publish.yml", "gpu-benchmark.yml", "new-release.yml")
 WORKFLOW_FILES = sorted([*WORKFLOWS_DIR.glob("*.yml"), *WORKFLOWS_DIR.glob("*.yaml")])
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -135,24 +135,48 @@ def find_values(text: str, values: dict[str, str]) -> list[str]:
 
 
 def build_py_calls(workflow_text: str) -> list[tuple[str, list[str]]]:
-    """(subcommand, [--options]) for every `build.py SUB ...` in a workflow's run scripts."""
+    """(subcommand, [--options]) for every `build.py SUB ...` in a workflow's run scripts; a subcommand with actions
+    is "SUB ACTION" (`track add`)."""
     calls = []
     for script in _all_runs(yaml.safe_load(workflow_text)):
         joined = script.replace("\\\n", " ")
         for line in joined.splitlines():
-            if "build.py" not in line:
+            # A call runs it with an interpreter (`.venv/bin/python build.py ...`); prose in an echo only names it.
+            call = re.search(r"python\S*\s+build\.py\s(.*)$", line)
+            if call is None:
                 continue
-            tokens = shlex.split(line.split("build.py", 1)[1], comments=True)
+            tokens = shlex.split(call.group(1), comments=True)
             if not tokens:
                 continue
             options = []
             for token in tokens[1:]:
-                if token in {"|", "||", "&&", ";", ">"} or token.startswith(">"):
+                if token in {"|", "||", "&&", ";", ">", ")"} or token.startswith((">", ")")):
                     break
                 if token.startswith("--"):
                     options.append(token.split("=", 1)[0])
-            calls.append((tokens[0], options))
+            command = tokens[0].rstrip(")}")
+            if command in NESTED and len(tokens) > 1:
+                command = f"{command} {tokens[1].rstrip(')}')}"
+            calls.append((command, options))
     return calls
+
+
+def _subparsers(parser: Any) -> dict[str, Any]:
+    action = next((a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"), None)
+    return dict(action.choices) if action is not None else {}
+
+
+def _parsers() -> dict[str, Any]:
+    """build.py's parsers by command: "plan", "track add", ... (a subcommand with actions by each action)."""
+    out = {}
+    for name, parser in _subparsers(cli.build_parser()).items():
+        out[name] = parser
+        out.update({f"{name} {action}": p for action, p in _subparsers(parser).items()})
+    return out
+
+
+# Subcommands whose next word is an action (`build.py track add`, `build.py patches matrix`).
+NESTED = {name.split()[0] for name in _parsers() if " " in name}
 
 
 def _all_runs(workflow: dict[str, Any]) -> list[str]:
@@ -244,7 +268,9 @@ def test_least_privilege_permissions(name):
         perms = job["permissions"] or {}
         pushes = any("--push" in run or "imagetools create" in run for run in _runs(job))
         assert (perms.get("packages") == "write") == pushes, f"job {job_id}: packages: write only where it pushes"
-        assert "write-all" not in str(perms) and perms.get("contents") in (None, "read"), job_id
+        git_push = any("git push" in run for run in _runs(job))
+        assert (perms.get("contents") == "write") == git_push, f"job {job_id}: contents: write only where it git-pushes"
+        assert "write-all" not in str(perms) and perms.get("contents") in (None, "read", "write"), job_id
 
 
 @pytest.mark.parametrize("name", WORKFLOWS)
@@ -258,14 +284,14 @@ def test_a_newer_run_cancels_an_outdated_one(name):
 def test_build_py_options_exist(name):
     """Every `build.py SUB --option` in a workflow is an option the real CLI has."""
     calls = build_py_calls((WORKFLOWS_DIR / name).read_text(encoding="utf-8"))
-    sub = next(a for a in cli.build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
-    missing_commands = sorted({command for command, _ in calls if command not in sub.choices})
+    parsers = _parsers()
+    missing_commands = sorted({command for command, _ in calls if command not in parsers})
     unknown = [
         f"build.py {command} {option}"
         for command, options in calls
-        if command in sub.choices
+        if command in parsers
         for option in options
-        if option not in sub.choices[command]._option_string_actions
+        if option not in parsers[command]._option_string_actions
     ]
     assert not unknown, "options the CLI does not have: " + ", ".join(unknown)
     if missing_commands:
@@ -369,3 +395,65 @@ def test_gpu_benchmark_runs_bench_on_an_sm120_runner():
     assert stop and stop[-1].get("if") == "always()", "a cancelled run must not leave the server on the GPUs"
     uploads = [s for s in bench["steps"] if "upload-artifact" in s.get("uses", "")]
     assert uploads and all(name in uploads[0]["with"]["path"] for name in ("bench.json", "bench.md", "bench.png"))
+
+
+def test_new_release_proposes_a_track_or_names_the_failed_step():
+    """Weekly and by hand: track next -> track add -> track check -> matrix -> offline build -> verify -> a pull request
+    with the stanza, the matrix and the start-up table; a failed step opens an issue naming it. Each job asks for
+    exactly what it does, and the workflow uses no action the other workflows do not pin (the same commits)."""
+    workflow = _load("new-release.yml")
+    triggers = _triggers(workflow)
+    assert triggers["schedule"][0]["cron"] and "sglang" in triggers["workflow_dispatch"]["inputs"]
+    jobs = workflow["jobs"]
+    assert {job: jobs[job]["permissions"] for job in jobs} == {
+        "find": {"contents": "read"},
+        "track": {"contents": "read"},
+        "propose": {"contents": "write", "pull-requests": "write"},
+        "report": {"issues": "write"},
+    }
+    assert any("build.py track next" in run for run in _runs(jobs["find"]))
+    track = jobs["track"]
+    assert track["needs"] == "find" and "needs.find.outputs.sglang != ''" in track["if"]
+    order = [
+        _step_index(track, needle)
+        for needle in ("build.py track add", "build.py track check", "patches matrix", "./dev build", "build.py verify")
+    ]
+    assert order == sorted(order), order
+    script = " ".join(_runs(track))
+    assert "--dry-run" in script and "start-up on the sm_120 persona" in script, (
+        "the stanza and the table go in the body"
+    )
+    failed = next(s for s in track["steps"] if s.get("id") == "failed")
+    assert failed["if"] == "failure()" and "toJSON(steps)" in failed["env"]["STEPS"]
+    named = {s["id"] for s in track["steps"] if "id" in s and s["id"] != "failed"}
+    assert all(f"{step_id})" in failed["run"] for step_id in named), "every step with an id has a name in the issue"
+
+    propose = jobs["propose"]
+    assert set(propose["needs"]) == {"find", "track"} and "if" not in propose, "only after every step passed"
+    pr = " ".join(_runs(propose))
+    assert "gh pr create" in pr and "--body-file" in pr and "gh pr list --head" in pr, "one pull request per release"
+    report = jobs["report"]
+    assert report["if"] == "failure()" and set(report["needs"]) == {"find", "track", "propose"}
+    issue = " ".join(_runs(report))
+    assert "gh issue create" in issue and "TRACK_STEP" in issue and "gh issue comment" in issue
+
+    # GITHUB_TOKEN only, and only in the jobs that write with it.
+    for job_id, job in jobs.items():
+        uses_token = "secrets.GITHUB_TOKEN" in json.dumps(job)
+        assert uses_token == (job_id in ("propose", "report")), job_id
+    # No third-party action beyond the ones the other workflows already pin, at the same commit.
+    pinned = set()
+    for name in WORKFLOWS:
+        if name != "new-release.yml":
+            pinned |= set(re.findall(r"uses:\s*(\S+@[0-9a-f]{40})", (WORKFLOWS_DIR / name).read_text(encoding="utf-8")))
+    used = set(re.findall(r"uses:\s*(\S+@\S+)", (WORKFLOWS_DIR / "new-release.yml").read_text(encoding="utf-8")))
+    assert used <= pinned, sorted(used - pinned)
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_pull_requests_and_issues_are_written_only_where_they_are_opened(path):
+    for job_id, job in _load(path.name)["jobs"].items():
+        perms = job.get("permissions") or {}
+        runs = " ".join(_runs(job))
+        assert (perms.get("pull-requests") == "write") == ("gh pr create" in runs), job_id
+        assert (perms.get("issues") == "write") == ("gh issue create" in runs), job_id

@@ -26,11 +26,33 @@ from tests.upstream import env as upstream_env
 TRACKS: list[str] = sorted(cfg.load().tracks, key=Version)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--sglang-track",
+        metavar="VERSION",
+        help="run only the tests parametrized with this track (what `build.py track check VERSION` runs)",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if here in item.path.parents:
             item.add_marker(pytest.mark.upstream)
+    track = config.getoption("sglang_track", default=None)
+    if track is None:
+        return
+    if track not in TRACKS:
+        raise pytest.UsageError(f"--sglang-track {track}: not a track of build.toml ({', '.join(TRACKS)})")
+    # A test belongs to the track when one of its parameters is that version (sglang_python, version, a case's
+    # track); tests of no track or of several fixed releases are left out.
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        (keep if here in item.path.parents and track in params.values() else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ time): PyPI's prebuilt sgl-kernel (the offline profile) carries many, which its 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -36,32 +35,6 @@ for family, dist in FAMILIES:
     out[family] = sorted(found)
 report(out)
 """
-
-# Libraries of the sgl-kernel wheel that hold no sm_120 SASS by design, with the reason (pattern on the library's
-# path in site-packages). Applied only when a library indeed lacks it: a build that compiles them for sm_120a is
-# checked like the rest, and any other library without sm_120a fails.
-SGL_KERNEL_NOT_FOR_SM120 = [
-    (
-        r"sgl_kernel/flash_ops",
-        "FlashAttention-3 (Hopper-only: sm_80/86/90a); SGLang refuses the fa3 attention backend on sm_120 "
-        "('FlashAttention v3 Backend requires SM>=80 and SM<=90', srt/layers/attention/attention_registry.py)",
-    ),
-    (
-        r"sgl_kernel/flashmla_ops",
-        "FlashMLA (sm_90a/sm_100a kernels); on sm_120 SGLang's MLA attention defaults to the triton backend, "
-        "so only an explicit --attention-backend flashmla would need it (and fail)",
-    ),
-    (
-        r"deep_gemm/.*",
-        "DeepGEMM's host library: no device code of its own, it compiles kernels at run time (on the 0.5.9 track "
-        "it rejects sm_120 and the runtime rule no-jit-deepgemm turns its JIT off)",
-    ),
-    (
-        r"(lib/)?_?mscclpp.*",
-        "MSCCL++ (bundled with the wheel; SASS sm_80/sm_90 plus PTX the driver can JIT for sm_120), used only "
-        "with --enable-mscclpp, which is off by default and not set by the entrypoint",
-    ),
-]
 
 
 @pytest.fixture(scope="session")
@@ -116,7 +89,7 @@ def _warn_grouped(groups: dict[str, list[str]], template: str) -> None:
 
 
 def _exemption(library: str) -> str | None:
-    return next((why for pattern, why in SGL_KERNEL_NOT_FOR_SM120 if re.fullmatch(pattern, library)), None)
+    return elf.not_for_sm120(library)  # the list: elf.SGL_KERNEL_NOT_FOR_SM120
 
 
 def test_flash_attn_extensions_carry_sm_120_sass(sass, expect):
