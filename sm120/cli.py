@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import math
 import re
 import sys
 from collections.abc import Sequence
 
-from .errors import CheckFailed, UsageError
+from .errors import CheckFailed, UsageError, suggest
 
 # Subcommand modules, in the order `--help` lists them.
 COMMANDS = ["plan", "patches", "base", "preflight", "build", "verify", "bench"]
@@ -28,9 +27,7 @@ def _closest(message: str) -> str:
     match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
     if not match:
         return ""
-    choices = re.findall(r"'?([^',\s]+)'?", match.group(2))
-    close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
-    return f"; perhaps you meant {close[0]!r}" if close else ""
+    return suggest(match.group(1), re.findall(r"'?([^',\s]+)'?", match.group(2)))
 
 
 def positive_int(text: str) -> int:
@@ -74,6 +71,17 @@ def add_config_args(parser: argparse.ArgumentParser, *, sglang: bool = True, pro
         parser.add_argument("--profile", metavar="NAME", help="profile from build.toml (default: defaults.profile)")
     if sglang:
         parser.add_argument("--sglang", metavar="VERSION", help="SGLang track (default: defaults.sglang)")
+
+
+def add_machine_args(parser: argparse.ArgumentParser) -> None:
+    """The options that plan for another builder than this machine (plan, build)."""
+    parser.add_argument("--max-jobs", type=positive_int, metavar="N", help="override the derived compile parallelism")
+    parser.add_argument(
+        "--cpus", type=positive_int, metavar="N", help="plan for a machine with N CPUs (default: this one)"
+    )
+    parser.add_argument(
+        "--memory-gib", type=positive_float, metavar="G", help="plan for a machine with G GiB (default: this one)"
+    )
 
 
 def _needs(command: str, package: str):
