@@ -164,6 +164,7 @@ COPY ${PLAN_DIR}/plan.json ${PLAN_JSON}
 COPY docker/entrypoint.py /opt/sglang-sm120/entrypoint.py
 COPY sm120/__init__.py /opt/sglang-sm120/sm120/__init__.py
 COPY sm120/entrypoint/ /opt/sglang-sm120/sm120/entrypoint/
+COPY sm120/allreduce/ /opt/sglang-sm120/sm120/allreduce/
 
 # ---- runtime: what serving needs and nothing else. Non-root, tini as PID 1, the JIT toolchain, one cache
 # directory for every JIT cache (mount a named volume there), a health check on SGLang's /health.

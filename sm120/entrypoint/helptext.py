@@ -7,9 +7,11 @@ import textwrap
 from .assemble import VARIABLES
 from .errors import UsageError
 from .spec import EntrypointSpec
+from .tools import TOOLS
 
 USAGE = """\
 usage: docker run --gpus all --ipc=host -v /models:/models IMAGE [MODE] [--dry-run] [-- SGLANG-OPTIONS]
+       docker run --gpus all --ipc=host IMAGE allreduce-sweep [--tp N] [--sizes LIST] [...]
        docker run IMAGE PROGRAM [ARGS...]     run a program on PATH instead (bash, python3, ...)
 """
 
@@ -64,6 +66,7 @@ def render(spec: EntrypointSpec | None, plan_error: UsageError | None) -> str:
         out.append(_wrapped("", intro) + "\n")
         out.append("modes:")
         out += [_mode_line(spec, name) for name in spec.modes]
+        out += [_wrapped(f"  {name:<16} ", summary) for name, (_, _, summary) in TOOLS.items()]
         out.append("")
         eagle = next((m for m in spec.modes.values() if m.draft), None)
         fmt = {"port": spec.port}

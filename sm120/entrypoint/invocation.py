@@ -11,6 +11,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from .errors import UsageError, show, suggest
+from .tools import TOOLS
 
 OPTIONS = ("--dry-run", "--help", "-h")
 
@@ -22,6 +23,8 @@ class Invocation:
     help: bool = False
     sglang_args: list[str] = field(default_factory=list)  # everything after `--`, passed as it is
     program: list[str] | None = None  # a program on PATH to run instead of SGLang
+    tool: str | None = None  # a tool mode (tools.TOOLS) to run instead of SGLang
+    tool_args: list[str] = field(default_factory=list)  # everything after the tool's word, passed as it is
 
 
 def program_on_path(name: str, environ: Mapping[str, str]) -> str | None:
@@ -30,12 +33,15 @@ def program_on_path(name: str, environ: Mapping[str, str]) -> str | None:
 
 def parse(argv: list[str], modes: Collection[str], environ: Mapping[str, str], default_mode: str) -> Invocation:
     request = Invocation(default_mode)
+    if argv and argv[0] in TOOLS:
+        request.tool, request.tool_args = argv[0], list(argv[1:])
+        return request
     if argv and not argv[0].startswith("-") and argv[0] not in modes:
         if program_on_path(argv[0], environ):
             request.program = list(argv)
             return request
         raise UsageError(
-            f"unknown mode {show(argv[0])}{suggest(argv[0], modes)}",
+            f"unknown mode {show(argv[0])}{suggest(argv[0], [*modes, *TOOLS])}",
             f"modes: {', '.join(sorted(modes))}; or a program on PATH (e.g. bash); see --help",
         )
 

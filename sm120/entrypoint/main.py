@@ -21,6 +21,7 @@ from . import (
     presets,
     rules,
     sglang_source,
+    tools,
 )
 from .errors import ImageError, Log, UsageError
 from .spec import EntrypointSpec, ModeSpec
@@ -123,6 +124,12 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
             os.execvpe(request.program[0], request.program, dict(environ))
         except OSError as exc:
             raise UsageError(f"cannot run {request.program[0]}: {exc.strerror or exc}") from None
+    if request.tool is not None:
+        tool_argv, tool_env = tools.command(request.tool, request.tool_args, spec, environ)
+        try:
+            os.execve(tool_argv[0], tool_argv, tool_env)
+        except OSError as exc:
+            raise ImageError(f"cannot start {request.tool}: {exc.strerror or exc}") from None
     if request.help:
         sys.stdout.write(helptext.render(spec, plan_error))
         return 0

@@ -77,8 +77,29 @@ def assert_kimi_delegates(out: dict) -> None:
     ]
 
 
-SYMM_SNIPPET = """
-import logging, types
+# The torch-symm-mem-sm120 patch's override of the per-world-size limit (read when the communicator is built).
+MAX_SIZES_ENV = "SM120_SYMM_MEM_MAX_SIZES"
+# Values it must refuse (a warning, and the built-in limit kept): SYMM_SNIPPET builds one scenario for each.
+BAD_MAX_SIZES = {
+    "no_world_size": "16MiB",
+    "equals": "8=16MiB",
+    "bytes": "8:1048576",
+    "gib": "8:1GiB",
+    "below_4k": "8:2KiB",
+    "above_512m": "8:1024MiB",
+    "zero": "8:0MiB",
+    "negative": "8:-16MiB",
+    "fraction": "8:1.5MiB",
+    "other_digits": "8:\u0661\u0666MiB",
+    "twice": "8:16MiB,8:4MiB",
+    "empty_entry": "2:1MiB,,8:4MiB",
+    "huge_number": "8:" + "9" * 5000 + "MiB",
+}
+
+SYMM_SNIPPET = (
+    f"MAX_SIZES_ENV = {MAX_SIZES_ENV!r}\nBAD_MAX_SIZES = {BAD_MAX_SIZES!a}\n"
+    + """
+import logging, os, types
 from unittest import mock
 import torch
 import torch.distributed as dist
@@ -97,9 +118,10 @@ log = logging.getLogger(m.__name__)
 log.addHandler(Collect())
 log.setLevel(logging.INFO)
 
-def scenario(cc, ws, *, p2p=True, multicast=0, same_index=False):
+def scenario(cc, ws, *, p2p=True, multicast=0, same_index=False, max_sizes=None):
     '''Build the communicator as rank 0 of `ws` ranks on a GPU of capability `cc`, with the driver, the
-    process group and torch's symmetric memory replaced by stand-ins (this machine has no GPU).'''
+    process group and torch's symmetric memory replaced by stand-ins (this machine has no GPU);
+    `max_sizes`: the value of SM120_SYMM_MEM_MAX_SIZES (unset when None).'''
     messages.clear()
     calls = []
     def all_gather_object(out, obj, group=None):
@@ -119,7 +141,11 @@ def scenario(cc, ws, *, p2p=True, multicast=0, same_index=False):
     # 0.5.17+ reads the server's runtime context when sizing the Inkling buffer; there is no server here.
     exec_ctx = types.SimpleNamespace(comm=types.SimpleNamespace(enable_scattered_sconv=False))
     result = {}
-    with mock.patch.object(m, "get_exec", lambda: exec_ctx, create=True), \\
+    environ = {k: v for k, v in os.environ.items() if k != MAX_SIZES_ENV}
+    if max_sizes is not None:
+        environ[MAX_SIZES_ENV] = max_sizes
+    with mock.patch.dict(os.environ, environ, clear=True), \\
+         mock.patch.object(m, "get_exec", lambda: exec_ctx, create=True), \\
          mock.patch.object(m, "torch_symm_mem_available", True), \\
          mock.patch.object(torch.cuda, "set_device", lambda d: None), \\
          mock.patch.object(torch.cuda, "get_device_capability", lambda d=None: (cc, 0)), \\
@@ -157,11 +183,19 @@ cases = {
     "cc11_ws8": dict(cc=11, ws=8),
     "cc9_ws8_no_multicast": dict(cc=9, ws=8),
     "cc9_ws8_multicast": dict(cc=9, ws=8, multicast=0x1000),
+    # SM120_SYMM_MEM_MAX_SIZES: honoured for its world sizes, ignored for others, a bad value falls back
+    "cc12_ws2_override": dict(cc=12, ws=2, max_sizes="2:512KiB"),
+    "cc12_ws8_override_list": dict(cc=12, ws=8, max_sizes=" 2:512K, 8:32M "),
+    "cc12_ws4_override_other": dict(cc=12, ws=4, max_sizes="2:512KiB,8:1MiB"),
+    "cc9_ws2_override": dict(cc=9, ws=2, max_sizes="2:4MiB"),
 }
+for name, value in BAD_MAX_SIZES.items():
+    cases["cc12_ws8_bad_" + name] = dict(cc=12, ws=8, max_sizes=value)
 for name, kwargs in cases.items():
     out["scenarios"][name] = scenario(**kwargs)
 emit(out)
 """
+)
 
 
 def assert_symm_sm120(out: dict) -> None:
@@ -177,6 +211,14 @@ def assert_symm_sm120(out: dict) -> None:
     off = out["scenarios"]["cc12_ws8_no_p2p"]
     assert off["disabled"] is True and "rendezvous" not in off["calls"], "without P2P it must be off before rendezvous"
     assert out["scenarios"]["cc9_ws8_multicast"]["calls"][-1] == "multimem", "sm_90 with multicast must keep multimem"
+    o = out["scenarios"]["cc12_ws2_override"]
+    assert (o.get("disabled"), o.get("max_size")) == (False, 512 * 2**10), (
+        f"{MAX_SIZES_ENV}=2:512KiB is not honoured at 2 ranks: {o.get('error') or o['log']}"
+    )
+    bad = out["scenarios"]["cc12_ws8_bad_gib"]
+    assert bad.get("max_size") == 8 * 2**20 and any(
+        m.startswith("WARNING") and f"{MAX_SIZES_ENV}='8:1GiB'" in m for m in bad["log"]
+    ), f"{MAX_SIZES_ENV}=8:1GiB must fall back to the built-in 8 MiB with a warning: {bad.get('error') or bad['log']}"
 
 
 # From 0.5.16 SGLang raises every TorchSymmMemCommunicator's buffer (any capability) to 512 MiB while

@@ -17,7 +17,15 @@ from packaging.version import Version
 
 from sm120 import config as cfg
 from sm120 import patching, pypi
-from sm120.verify.behaviour import INKLING_OFF, KIMI_SNIPPET, SYMM_SNIPPET, assert_kimi_delegates, assert_symm_sm120
+from sm120.verify.behaviour import (
+    BAD_MAX_SIZES,
+    INKLING_OFF,
+    KIMI_SNIPPET,
+    MAX_SIZES_ENV,
+    SYMM_SNIPPET,
+    assert_kimi_delegates,
+    assert_symm_sm120,
+)
 from tests.helpers import run_build_py
 from tests.upstream import env as upstream_env
 
@@ -200,6 +208,45 @@ class TestPatchedSymmMem:
         assert on["disabled"] is False
         assert on["calls"][-1] == "multimem"
 
+    # SM120_SYMM_MEM_MAX_SIZES: the per-world-size limit without a rebuild
+
+    def test_the_limit_override_is_honoured_for_its_world_size(self, run):
+        s = run["cc12_ws2_override"]
+        assert "error" not in s, s
+        assert (s["disabled"], s["max_size"]) == (False, 512 * 2**10)
+        assert s["small_takes_symm_mem"] and s["limit_sized_goes_to_nccl"]  # 56 KiB below it, 512 KiB not
+        assert s["calls"] == ["all_gather_object", "rendezvous", "two_shot"] and s["reduced_ok"]
+        line = f"limit for world size 2 set to 512 KiB by {MAX_SIZES_ENV} (built-in: 16 MiB)."
+        assert f"INFO: TorchSymmMemCommunicator: {line}" in s["log"], s["log"]
+        assert any("world size 2, multicast not available) below 512 KiB, NCCL above" in m for m in s["log"]), s["log"]
+
+    def test_the_override_lists_world_sizes_and_leaves_the_others_alone(self, run):
+        listed = run["cc12_ws8_override_list"]
+        assert (listed["disabled"], listed["max_size"]) == (False, 32 * 2**20)
+        other = run["cc12_ws4_override_other"]
+        assert (other["disabled"], other["max_size"]) == (False, 16 * 2**20)
+        assert (
+            f"INFO: TorchSymmMemCommunicator: {MAX_SIZES_ENV} has no entry for world size 4; built-in limit 16 MiB."
+            in other["log"]
+        )
+        assert not any(m.startswith("WARNING") for m in other["log"])
+
+    def test_the_override_applies_on_any_capability(self, run):
+        s = run["cc9_ws2_override"]
+        assert (s["disabled"], s["max_size"]) == (False, 4 * 2**20)
+        assert s["calls"][-1] == "two_shot"
+
+    @pytest.mark.parametrize("name", sorted(BAD_MAX_SIZES))
+    def test_a_bad_override_falls_back_to_the_built_in_limit_with_a_warning(self, run, name: str):
+        s = run[f"cc12_ws8_bad_{name}"]
+        assert "error" not in s, s
+        assert (s["disabled"], s["max_size"]) == (False, 8 * 2**20)
+        (warning,) = [m for m in s["log"] if m.startswith("WARNING")]
+        assert f"{MAX_SIZES_ENV}={BAD_MAX_SIZES[name]!r} is not WS:SIZE[,WS:SIZE...]" in warning
+        assert "SIZE from 4KiB to 512MiB" in warning
+        assert warning.endswith("keeping the built-in limit of 8 MiB for world size 8.")
+        assert s["calls"][-1] == "two_shot"  # still on, at the built-in limit
+
 
 @pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
 def test_published_releases_fail_on_capability_12(sglang_python: Path):
@@ -207,6 +254,8 @@ def test_published_releases_fail_on_capability_12(sglang_python: Path):
     out = _symm(sglang_python, None)
     with pytest.raises(AssertionError):  # the image suite's check (verify) fails on the published release too
         assert_symm_sm120(out)
+    # the override is the patch's: the published code keeps capability 9's 64 MiB at 2 ranks
+    assert out["scenarios"]["cc9_ws2_override"]["max_size"] == 64 * 2**20
     s = out["scenarios"]["cc12_ws8_p2p"]
     if Version(out["version"]) < Version("0.5.14"):
         assert s.get("error", "").startswith("KeyError: 12"), s

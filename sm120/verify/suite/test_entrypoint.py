@@ -122,3 +122,16 @@ def test_issue15_bad_input_in_the_image(args, env, says, box, image, models, odd
         assert text in stderr, f"{args}: the message does not mention {text!r}: {stderr.strip()[-300:]}"
     if "chmod" in says:
         assert f"uid {image_uid} cannot read {PRIVATE}" in stderr
+
+
+def test_allreduce_sweep_is_a_mode_of_the_image(box, image):
+    """`IMAGE allreduce-sweep`: the sweep with the image's torch and SGLang (its --help; without a GPU, as here,
+    one line and exit 1, after importing SGLang's communicator)."""
+    rc, stdout, stderr = entrypoint(box, image, ["allreduce-sweep", "--help"], {})
+    assert rc == 0 and "SM120_SYMM_MEM_MAX_SIZES" in stdout, f"allreduce-sweep --help exited {rc}: {stderr[-300:]}"
+    rc, stdout, stderr = entrypoint(box, image, ["allreduce-sweep", "--tp", "2"], {})
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert rc == 1 and lines and lines[0] == "allreduce-sweep: error: no GPU is visible here (torch sees none)", (
+        f"allreduce-sweep without a GPU exited {rc}: {stderr.strip()[-400:]}"
+    )
+    assert len(lines) <= 3 and "Traceback" not in stderr

@@ -1,0 +1,116 @@
+"""`python3 -m sm120.allreduce [OPTIONS]` (in the image: `IMAGE allreduce-sweep [OPTIONS]`): the order of it all.
+
+arguments (cli) -> what the machine offers (machine) -> one process per GPU (launch, worker) -> the table,
+the crossover and the limit to set (report). Exit status: 0 done; 1 the machine cannot run it, or a sum
+differs; 2 a mistake in the request. Errors are one line on stderr (at most three), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from . import cli, errors, launch, machine, report
+from .errors import SweepError
+from .report import ENV, Row
+
+
+def _header(options: cli.Options, plan: machine.Plan, log: list[str]) -> list[str]:
+    cap = f"{plan.capability[0]}.{plan.capability[1]}"
+    told = f"; the communicator was told {plan.answered}" if plan.answered != plan.capability[0] else ""
+    names = sorted(set(plan.gpus))
+    gpus = f"{plan.world_size} x {names[0]}" if len(names) == 1 else ", ".join(plan.gpus)
+    lines = [
+        f"all-reduce sweep: SGLang {plan.sglang}'s TorchSymmMemCommunicator against NCCL, bf16, TP {plan.world_size}, "
+        + ("inside CUDA graphs" if options.cuda_graph else "eager"),
+        f"GPUs: {gpus} (capability {cap}{told})",
+        *(f"communicator: {re.sub(r'^[A-Z]+: (TorchSymmMemCommunicator: )?', '', m)}" for m in log if ENV not in m),
+        f"(the sweep sets {ENV} for its own communicator, so that every size it measures takes two-shot)",
+        f"timings: median of {options.repeats} repeats after {options.warmup} warm-up, the slowest rank's; "
+        "a repeat runs several all-reduces back to back (1 to 64, fewer for larger messages)",
+    ]
+    if plan.capability[0] != 12:
+        lines.append(
+            f"note: these GPUs are capability {cap}, not sm_120 (12.x): the figures are theirs, not an sm_120 "
+            "card's over PCIe"
+        )
+    return lines
+
+
+def run(
+    argv: list[str],
+    *,
+    make_machine: Callable[[], machine.Machine] = machine.TorchMachine,
+    launcher: Callable[[dict[str, Any], float], list[dict[str, Any]]] = launch.run,
+) -> int:
+    options = cli.parse(argv)
+    plan = machine.plan(options, make_machine())
+    sys.stderr.write(
+        f"[allreduce-sweep] TP {plan.world_size}: {len(options.sizes)} sizes from "
+        f"{report.human(options.sizes[0])} to {report.human(options.sizes[-1])}, starting {plan.world_size} ranks\n"
+    )
+    sys.stderr.flush()
+    results = launcher(
+        {
+            "world_size": plan.world_size,
+            "sizes": options.sizes,
+            "repeats": options.repeats,
+            "warmup": options.warmup,
+            "cuda_graph": options.cuda_graph,
+            "capability": options.capability,
+        },
+        options.timeout,
+    )
+    first = results[0]
+    rows = [Row(**r) for r in first["rows"]]
+    advice = report.advise(rows, plan.world_size, plan.builtin)
+    out = [*_header(options, plan, first.get("log", [])), "", report.table(rows), ""]
+    bad = [r for r in rows if not r.sums_ok]
+    if bad:
+        out.append(f"SUMS DIFFER at {', '.join(report.human(r.size) for r in bad)}: two-shot's sum is not NCCL's")
+    else:
+        out += advice.lines
+    sys.stdout.write("\n".join(out) + "\n")
+    sys.stdout.flush()
+    if options.json is not None:
+        meta = {
+            "sglang": plan.sglang,
+            "world_size": plan.world_size,
+            "gpus": plan.gpus,
+            "capability": list(plan.capability),
+            "answered_capability": plan.answered,
+            "builtin_limit": plan.builtin,
+            "cuda_graph": options.cuda_graph,
+            "repeats": options.repeats,
+            "warmup": options.warmup,
+            "log": first.get("log", []),
+        }
+        try:
+            options.json.write_text(json.dumps(report.as_json(meta, rows, advice), indent=2) + "\n")
+        except OSError as exc:
+            raise errors.machine(f"--json {str(options.json)!r}: cannot write it ({exc.strerror or exc})") from None
+    if bad:
+        raise errors.machine("two-shot's sum differs from NCCL's (the table says where): do not turn it on here")
+    return 0
+
+
+def main(argv: list[str] | None = None, **kw: Any) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv, **kw)
+    except SweepError as exc:
+        sys.stderr.write(exc.render())
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{errors.PROG}: interrupted\n")
+        return 130
+    except Exception as exc:  # a bug here must not hide behind a traceback: one line, exit 1
+        text = errors.one_line(f"{type(exc).__name__}: {exc}")[:300]
+        sys.stderr.write(f"{errors.PROG}: internal error: {text} (please report it)\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The sweep's command line: `allreduce-sweep [--tp N] [--sizes LIST] [--repeats N] [--warmup N] [--cuda-graph]
+[--capability MAJOR] [--json FILE] [--timeout S]`. Every mistake is one line and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from . import errors, sizes
+
+DESCRIPTION = """\
+Measures, on this machine's GPUs, the installed SGLang's symmetric-memory all-reduce (TorchSymmMemCommunicator,
+built as SGLang builds it: the two-shot kernel over P2P on sm_120) against NCCL, for bf16 messages of each size:
+one process per GPU, both sums compared, both timed (CUDA events, warm-up, repeats, median). Prints the table, the
+crossover and the limit to set: SM120_SYMM_MEM_MAX_SIZES=TP:SIZE for the server (docker run -e ...), read at start
+by the image's patched SGLang, no rebuild. Exit status: 0 done; 1 the machine cannot run it (no GPU, one GPU, no
+P2P, the communicator off, a sum that differs, a rank that failed); 2 a mistake in the request."""
+
+EPILOG = """\
+examples:
+  docker run --rm --gpus all --ipc=host IMAGE allreduce-sweep
+  docker run --rm --gpus all --ipc=host IMAGE allreduce-sweep --tp 4 --sizes 4K..16M --cuda-graph
+  docker run --rm --gpus '"device=0,1"' --ipc=host IMAGE allreduce-sweep --sizes 16K,64K,1M,8M"""
+
+
+@dataclass(frozen=True)
+class Options:
+    tp: int | None  # None: every visible GPU, down to a world size the communicator supports
+    sizes: list[int]
+    repeats: int
+    warmup: int
+    cuda_graph: bool
+    capability: int | None  # answered to the communicator instead of the GPU's own (tests of the sm_120 path)
+    json: Path | None
+    timeout: float
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse's own: usage + message; ours: one line, exit 2
+        raise errors.usage(f"{message} (see allreduce-sweep --help)")
+
+
+def _integer(low: int, high: int):
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"[0-9]{1,7}", text) or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {low} to {high}")
+        return int(text)
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    if not re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,3})?", text) or not 10 <= float(text) <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 10 to 86400")
+    return float(text)
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        return sizes.parse_sizes(text)
+    except sizes.SizeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="allreduce-sweep",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("--tp", type=_integer(2, 64), help="ranks (GPUs) to sweep with (default: every visible GPU)")
+    p.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=sizes.parse_sizes(sizes.DEFAULT_RANGE),
+        metavar="LIST",
+        help=f"message sizes: comma-separated, each {sizes.FORM}, or a range A..B of doublings "
+        f"(default {sizes.DEFAULT_RANGE}; {sizes.human(sizes.SIZE_MIN)} to {sizes.human(sizes.SIZE_MAX)})",
+    )
+    p.add_argument("--repeats", type=_integer(3, 1000), default=20, help="timed repeats per size (median; default 20)")
+    p.add_argument("--warmup", type=_integer(0, 1000), default=5, help="untimed repeats before them (default 5)")
+    p.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="time both inside CUDA graphs, as SGLang's decode runs them (default: eager, as prefill runs)",
+    )
+    p.add_argument(
+        "--capability",
+        type=_integer(1, 99),
+        metavar="MAJOR",
+        help="answer the communicator's capability question with MAJOR (12: SGLang's sm_120 size table and "
+        "two-shot path on other GPUs; the timings are then those GPUs', not sm_120's)",
+    )
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write every figure to FILE (JSON)")
+    p.add_argument("--timeout", type=_seconds, default=900.0, metavar="S", help="stop the ranks after S seconds")
+    return p
+
+
+def parse(argv: list[str]) -> Options:
+    ns = parser().parse_args(argv)
+    if ns.json is not None and (ns.json.is_dir() or not ns.json.parent.is_dir()):
+        raise errors.usage(f"--json {str(ns.json)!r}: not a file in an existing directory")
+    return Options(
+        tp=ns.tp,
+        sizes=ns.sizes,
+        repeats=ns.repeats,
+        warmup=ns.warmup,
+        cuda_graph=ns.cuda_graph,
+        capability=ns.capability,
+        json=ns.json,
+        timeout=ns.timeout,
+    )

@@ -1,0 +1,113 @@
+"""One process per GPU (torch.multiprocessing, spawn), a deadline, and the ranks' results read back.
+
+Each rank writes its result to a file (worker.main); a rank that fails writes its error there, and the others,
+left waiting in a collective, are stopped after a short grace. A rank killed by a signal (a rendezvous between
+GPUs without P2P can die of SIGFPE) or a sweep past its deadline is one line too.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from . import errors, worker
+
+GRACE_S = 15.0  # how long the other ranks get to finish once one has failed
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def run(job_fields: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
+    """Start `world_size` ranks of worker.main with a Job made of `job_fields` (+ port and results), wait, and
+    return every rank's result (rank 0's holds the rows); raise SweepError (exit 1) on any failure."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="allreduce-sweep-") as results:
+        job = worker.Job(**job_fields, port=free_port(), results=results)
+        context = mp.start_processes(worker.main, args=(job,), nprocs=job.world_size, join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout
+        failed_at: float | None = None
+        try:
+            while not _join(context):
+                now = time.monotonic()
+                if failed_at is None and _any_error(Path(results), job.world_size):
+                    failed_at = now
+                if failed_at is not None and now - failed_at > GRACE_S:
+                    break  # the others wait in a collective for the failed one: stop them
+                if now > deadline:
+                    _stop(context)
+                    raise errors.machine(
+                        f"the ranks did not finish within {timeout:.0f} s (stopped; a hang in NCCL or in the "
+                        "symmetric-memory rendezvous?); --timeout gives them longer"
+                    )
+        except KeyboardInterrupt:
+            _stop(context)
+            raise
+        finally:
+            _stop(context)
+        return _collect(Path(results), job.world_size)
+
+
+def _join(context: Any) -> bool:
+    """True once every rank has ended; a rank that died (a signal, an exit status) is one line."""
+    import torch.multiprocessing as mp
+
+    try:
+        return bool(context.join(timeout=0.5))
+    except mp.ProcessExitedException as exc:
+        code = exc.exit_code
+        how = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
+        raise errors.machine(f"rank {exc.error_index} {how} (its output above says more)") from None
+    except mp.ProcessRaisedException as exc:
+        last = [line for line in str(exc).strip().splitlines() if line.strip()][-1:] or ["?"]
+        raise errors.machine(f"a rank failed: {last[0]}") from None
+
+
+def _any_error(results: Path, world_size: int) -> bool:
+    for rank in range(world_size):
+        path = results / f"rank{rank}.json"
+        if path.is_file() and "error" in json.loads(path.read_text()):
+            return True
+    return False
+
+
+def _stop(context: Any) -> None:
+    for process in context.processes:
+        if process.is_alive():
+            process.terminate()
+    for process in context.processes:
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _collect(results: Path, world_size: int) -> list[dict[str, Any]]:
+    out = []
+    for rank in range(world_size):
+        path = results / f"rank{rank}.json"
+        if not path.is_file():
+            out.append({"error": f"rank {rank} ended without a result (stopped after another rank failed?)"})
+            continue
+        out.append(json.loads(path.read_text()))
+    failed = [(r.get("at", float("inf")), rank, r["error"]) for rank, r in enumerate(out) if "error" in r]
+    if failed:
+        _, rank, message = min(failed)  # the first to fail: the others lost their peer
+        raise errors.machine(f"rank {rank}: {message}")
+    return out

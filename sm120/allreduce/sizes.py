@@ -1,0 +1,76 @@
+"""Message sizes as the sweep and SM120_SYMM_MEM_MAX_SIZES write them: a whole number of KiB or MiB.
+
+    4K, 4KiB, 512KiB, 8M, 16MiB          one size
+    4K..64M                              every power-of-two multiple of 4K up to 64M (and 64M itself)
+
+The patch reads the same form (`WS:SIZE`, SIZE from 4 KiB to 512 MiB); the sweep measures sizes from 4 KiB to
+256 MiB, so that its own buffer (largest size + 4 KiB) stays within the patch's bound.
+"""
+
+from __future__ import annotations
+
+import re
+
+KiB = 1024
+MiB = 1024 * 1024
+
+# What SM120_SYMM_MEM_MAX_SIZES accepts (the patch's bounds): a limit the sweep prints must be one of these.
+LIMIT_MIN, LIMIT_MAX = 4 * KiB, 512 * MiB
+# What the sweep measures: its own communicator holds the largest size plus 4 KiB.
+SIZE_MIN, SIZE_MAX = 4 * KiB, 256 * MiB
+DEFAULT_RANGE = "4K..64M"
+
+_UNITS = {"K": KiB, "KiB": KiB, "M": MiB, "MiB": MiB}
+_SIZE = re.compile(r"([1-9][0-9]{0,6})(KiB|K|MiB|M)")
+FORM = "a whole number of KiB or MiB: 4K, 512KiB, 8M, 16MiB"
+
+
+class SizeError(ValueError):
+    """A size that is not one, or out of the bounds; the message names the value."""
+
+
+def parse_size(text: str) -> int:
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise SizeError(f"{text!r} is not a size ({FORM})")
+    return int(match[1]) * _UNITS[match[2]]
+
+
+def parse_sizes(text: str) -> list[int]:
+    """'4K..64M' or '4K,64K,1M' (items may be ranges): the sizes, ascending, each once, within the bounds."""
+    sizes: set[int] = set()
+    for item in text.split(","):
+        if not item.strip():
+            raise SizeError(f"{text!r} has an empty item (sizes are separated by commas: 4K,64K,1M)")
+        low_text, dots, high_text = item.partition("..")
+        low = parse_size(low_text)
+        high = parse_size(high_text) if dots else low
+        if high < low:
+            raise SizeError(f"{item.strip()!r}: the range ends below its start")
+        for size in (low, high):
+            if not SIZE_MIN <= size <= SIZE_MAX:
+                raise SizeError(
+                    f"{format_size(size)} is out of range (the sweep measures {format_size(SIZE_MIN)} "
+                    f"to {format_size(SIZE_MAX)})"
+                )
+        size = low
+        while size <= high:
+            sizes.add(size)
+            size *= 2
+        sizes.add(high)
+    return sorted(sizes)
+
+
+def format_size(size: int) -> str:
+    """The shortest exact form: 16MiB, 512KiB (the form the patch reads back)."""
+    if size % MiB == 0:
+        return f"{size // MiB}MiB"
+    if size % KiB == 0:
+        return f"{size // KiB}KiB"
+    return f"{size}B"
+
+
+def human(size: int) -> str:
+    """For tables: '16 MiB', '512 KiB'."""
+    text = format_size(size)
+    return f"{text[:-3]} {text[-3:]}" if text.endswith("iB") else text
