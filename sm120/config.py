@@ -29,6 +29,7 @@ from pydantic import (
 
 from .entrypoint.spec import CONDITIONS
 from .errors import UsageError
+from .preset_check import check_mode_args
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -500,6 +501,8 @@ def _check_references(config: Config) -> None:
                 raise UsageError(f"{key}: no such file")
     for mode_name, mode in config.modes.items():
         _check_mode(name, mode_name, mode)
+        for version, track in config.tracks.items():  # presets the entrypoint would refuse (issue 24)
+            check_mode_args(name, mode_name, mode.args, track.runtime, rules_key=f'tracks."{version}".runtime')
     needed = image_cmd_mode(config.root)
     if needed is not None and needed not in config.modes:
         raise UsageError(
