@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .. import image_ref
 from ..bench import client, grid, report, runner
 from ..bench import prompts as prompts_mod
 from ..bench.results import BASELINE, Label, Results, open_results
@@ -170,7 +171,9 @@ def _settings(args: argparse.Namespace, prompt_set: prompts_mod.PromptSet) -> di
 
 def run(args: argparse.Namespace) -> int:
     plan = load_plan(args)
-    if args.endpoint:
+    if args.image is not None:
+        image_ref.check_reference(args.image, "--image", allow_id=True)
+    if args.endpoint is not None:
         if not args.label:
             raise UsageError("--endpoint needs --label NAME (e.g. --label baseline, then --label eagle3)")
         for flag in ("spec_grid", "models", "cache_volume"):
@@ -202,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     image_job = None
-    if args.image:
+    if args.image is not None:
         image_job = _ImageJob(args, plan)
         labels = image_job.labels
 

@@ -8,7 +8,16 @@ import json
 from .. import config as cfg
 from .. import plan as planmod
 from .. import resources as res
-from ..cli import add_config_args, positive_float, positive_int
+from ..cli import add_config_args, positive_float, positive_int, shown
+
+MAX_MEMORY_GIB = 1 << 20  # 1 PiB: far above any builder, far below where GiB -> bytes overflows a float
+
+
+def memory_gib(text: str) -> float:
+    value = positive_float(text)
+    if value > MAX_MEMORY_GIB:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_MEMORY_GIB} (GiB: 1 PiB), got {shown(text)}")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-jobs", type=positive_int, metavar="N", help="override the derived compile parallelism")
     p.add_argument("--cpus", type=positive_int, metavar="N", help="plan for a machine with N CPUs (default: this one)")
     p.add_argument(
-        "--memory-gib", type=positive_float, metavar="G", help="plan for a machine with G GiB (default: this one)"
+        "--memory-gib", type=memory_gib, metavar="G", help="plan for a machine with G GiB (default: this one)"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
