@@ -39,6 +39,8 @@ def check_junit(path: Path | None) -> None:
         return
     if path.is_dir():
         raise UsageError(f"--junit {path}: a directory; give a file name, e.g. {path / 'verify.xml'}")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UsageError(f"--junit {path}: {path.parent} is a file, not a folder; give a writable path")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".verify-probe-"):
