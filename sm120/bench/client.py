@@ -265,6 +265,8 @@ def probe(session: requests.Session, endpoint: str, timeout_s: float = 10.0) -> 
     except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
         reason = watch.fired or describe(exc)
         raise ServerUnreachable(f"cannot reach SGLang at {endpoint}: {reason}") from None
+    if watch.fired is not None:  # cut off in the middle of its headers (http.client takes EOF as their end)
+        raise ServerUnreachable(f"cannot reach SGLang at {endpoint}: {watch.fired}")
     if status != 200:
         raise ServerUnreachable(f"SGLang at {endpoint} is not ready: /health answered HTTP {status}")
 
@@ -273,8 +275,9 @@ def _bounded_json(session: requests.Session, url: str, deadline_s: float, limit:
     """GET url's JSON body within deadline_s in all (a server that trickles bytes cannot hold bench), or None."""
     t0 = time.monotonic()
     watched(session)
-    with _total(deadline_s, "deadline"), session.get(url, timeout=(CONNECT_TIMEOUT_S, deadline_s), stream=True) as resp:
-        if resp.status_code != 200:
+    watch = _total(deadline_s, "deadline")
+    with watch, session.get(url, timeout=(CONNECT_TIMEOUT_S, deadline_s), stream=True) as resp:
+        if resp.status_code != 200 or watch.fired is not None:
             return None
         body = b""
         for chunk in resp.iter_content(65536):
@@ -437,6 +440,9 @@ def _measure(
         resp = session.post(f"{endpoint}/generate", json=body, stream=True, timeout=(CONNECT_TIMEOUT_S, read_timeout_s))
     except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
         raise RunFailed(watch.fired or overdue() or describe(exc)) from None
+    if watch.fired is not None:  # cut off in the middle of its headers (http.client takes EOF as their end)
+        resp.close()
+        raise RunFailed(watch.fired)
     with resp:
         if resp.status_code != 200:
             try:
