@@ -63,3 +63,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def unshare_or_skip() -> list[str]:
+    """`unshare -Urm`: a user and mount namespace of the test's own, for real bind mounts, read-only mounts and
+    small tmpfs (root's chmod binds nothing); the test is skipped, saying why, where that is not allowed."""
+    import shutil
+
+    import pytest
+
+    exe = shutil.which("unshare")
+    if exe is None or subprocess.run([exe, "-Urm", "true"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("unshare -Urm is not allowed here: no mount namespace of the test's own")
+    return [exe, "-Urm"]

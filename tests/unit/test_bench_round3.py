@@ -11,7 +11,6 @@ pages, in a mount namespace of its own) prints what bench.json would hold and ex
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import pytest
 
 from sm120.bench import client
 from sm120.bench.prompts import WARMUP
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT, run_cli, unshare_or_skip
 
 FAST = ["--runs", "2", "--warmup", "0", "--max-tokens", "4"]
 
@@ -213,19 +212,18 @@ def test_a_full_disk_under_out_prints_the_runs_and_says_so(standin, tmp_path):
     """--out on a tmpfs of 16 KiB: the first saves fit, a later one does not (the atomic save needs the old and
     the new file at once). Every finished run is printed as bench.json would hold it; bench.json keeps the last
     save; one line, exit 1."""
-    unshare = shutil.which("unshare")
-    if unshare is None or subprocess.run([unshare, "-Urm", "true"], capture_output=True).returncode != 0:
-        pytest.skip("unshare -Urm is not allowed here: no mount namespace for a small tmpfs")
+    unshare = unshare_or_skip()
     s = standin(ttft=0.005, tok_s=2000.0, burst=1, spec=False)
     out = tmp_path / "small"
     out.mkdir()
     argv = [sys.executable, str(ROOT / "build.py"), "bench", "--endpoint", s.url, "--label", "baseline"]
     argv += ["--runs", "60", "--warmup", "0", "--max-tokens", "3", "--out", str(out)]
-    script = 'mount -t tmpfs -o size=16k tmpfs "$1" && shift && "$@"; rc=$?; cp "$0"/bench.json "$0".saved; exit $rc'
+    script = (
+        'd=$1; shift; mount -t tmpfs -o size=16k tmpfs "$d" && "$@"; rc=$?; cp "$d/bench.json" "$d.saved"; exit $rc'
+    )
     proc = subprocess.run(
-        [unshare, "-Urm", "sh", "-c", script.replace('"$0"', f'"{out}"'), str(out), str(out), *argv],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [*unshare, "sh", "-c", script, "sh", str(out), *argv], capture_output=True, text=True, timeout=300, check=False
+    )
     last = last_line(proc.returncode, proc.stderr, 1)
     assert f"cannot write {out / 'bench.json'} (No space left on device)" in last
     printed = json.loads(proc.stdout[proc.stdout.index("{") :])

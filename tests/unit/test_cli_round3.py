@@ -14,7 +14,6 @@ Each case: the exit status, at most three lines on stderr, the message naming th
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import pytest
 from sm120 import bases, buildx, pypi
 from sm120.errors import UsageError
 from sm120.preset_check import check_mode_args
-from tests.helpers import ROOT, run_build_py, run_cli, write_config
+from tests.helpers import ROOT, run_build_py, run_cli, unshare_or_skip, write_config
 from tests.unit.test_patches_cli import FAKE_RELEASES, diff, edited, make_tree
 from tests.unit.test_patches_cli import write_config as write_patch_config
 from tests.unit.test_patching import ORIGINAL
@@ -42,14 +41,6 @@ def assert_usage(rc: int, err: str, *expected: str, code: int = 2) -> str:
     for text in expected:
         assert text in err, (text, err[-1500:])
     return lines[-1]
-
-
-def _unshare() -> list[str] | None:
-    exe = shutil.which("unshare")
-    if exe is None:
-        return None
-    ok = subprocess.run([exe, "-Urm", "true"], capture_output=True, check=False).returncode == 0
-    return [exe, "-Urm"] if ok else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -296,9 +287,7 @@ def test_patches_apply_to_a_dest_that_cannot_be_a_tree(patch_setup, tmp_path, ma
 @pytest.mark.parametrize("in_place", [False, True], ids=["new-folder", "in-place"])
 def test_patches_apply_to_a_read_only_dest(patch_setup, tmp_path, in_place):
     """A read-only folder (a real read-only bind mount: root writes through chmod) is found before any write."""
-    unshare = _unshare()
-    if unshare is None:
-        pytest.skip("unshare -Urm is not allowed here: no mount namespace for a read-only bind mount")
+    unshare = unshare_or_skip()
     config, tree = patch_setup
     dest = tree if in_place else tmp_path / "ro"
     dest.mkdir(exist_ok=True)
@@ -345,9 +334,7 @@ def test_verify_junit_is_checked_before_the_suite_runs(monkeypatch, capsys, tmp_
 
 
 def test_verify_junit_on_a_read_only_mount():
-    unshare = _unshare()
-    if unshare is None:
-        pytest.skip("unshare -Urm is not allowed here")
+    unshare = unshare_or_skip()
     ro = Path(os.environ.get("TMPDIR", "/tmp")) / f"sm120-ro-{os.getpid()}"
     ro.mkdir(exist_ok=True)
     try:
@@ -360,12 +347,12 @@ def test_verify_junit_on_a_read_only_mount():
 
 
 FIFO_READS = [
-    ("plan-config", lambda fifo: ["plan", "--config", str(fifo)], "not a regular file"),
-    ("build-config", lambda fifo: ["build", "--print", "--config", str(fifo)], "not a regular file"),
+    ("plan-config", lambda fifo, out: ["plan", "--config", str(fifo)], "not a regular file"),
+    ("build-config", lambda fifo, out: ["build", "--print", "--config", str(fifo)], "not a regular file"),
     (
         "bench-prompts",
-        lambda fifo: ["bench", "--endpoint", "127.0.0.1:9", "--label", "x", "--prompts", str(fifo)],
-        "--prompts",
+        lambda fifo, out: ["bench", "--endpoint", "127.0.0.1:9", "--label", "x", "--prompts", str(fifo), "--out", out],
+        "not a regular file",
     ),
 ]
 
@@ -375,9 +362,7 @@ def test_a_fifo_where_a_file_is_read_does_not_hang(tmp_path, argv, expected):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "build.py"), *argv(fifo), "--out", str(tmp_path / "o")][
-            : None if "bench" in argv(fifo) else -2
-        ],
+        [sys.executable, str(ROOT / "build.py"), *argv(fifo, str(tmp_path / "o"))],
         capture_output=True,
         text=True,
         cwd=ROOT,

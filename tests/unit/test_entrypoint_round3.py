@@ -13,7 +13,6 @@ Each refused case: exit 2, one to three lines on stderr, the first naming the va
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -31,20 +30,20 @@ from tests.entrypoint_helpers import (
     synthetic_plan,
     write_model,
 )
+from tests.helpers import unshare_or_skip
+from tests.unit.test_entrypoint_bad_input import assert_usage_error
 
 BIG = "1" + "0" * 5000  # past int()'s 4300 digits
 HEAD = BIG[:20]  # what a message shows of it (cut short, but naming it)
 
 
 def assert_refused(proc: subprocess.CompletedProcess[str], *expected: str) -> None:
-    lines = stderr_lines(proc)
-    assert proc.returncode == 2, (proc.returncode, proc.stdout[-500:], proc.stderr[-1500:])
-    assert 1 <= len(lines) <= 3, proc.stderr
-    assert lines[0].startswith("entrypoint: error: "), proc.stderr
-    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
-    assert all(len(line) < 600 for line in lines), "a value must be shown cut short, not in full"
+    assert_usage_error(proc)  # exit 2, 1-3 lines, the first `entrypoint: error: `, no traceback
+    assert "internal error" not in proc.stderr
+    assert all(len(line) < 600 for line in stderr_lines(proc)), "a value must be shown cut short, not in full"
+    first = stderr_lines(proc)[0]
     for text in expected:
-        assert text in lines[0] or text in proc.stderr, (text, proc.stderr)
+        assert text in first or text in proc.stderr, (text, proc.stderr)
 
 
 def dry_run_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -307,20 +306,10 @@ def test_a_gpu_index_past_the_digit_limit(setup):
     assert_refused(proc, "CUDA_VISIBLE_DEVICES", "not a GPU index")
 
 
-def _unshare() -> list[str] | None:
-    exe = shutil.which("unshare")
-    if exe is None:
-        return None
-    probe = subprocess.run([exe, "-Urm", "true"], capture_output=True, check=False)
-    return [exe, "-Urm"] if probe.returncode == 0 else None
-
-
 def test_a_repo_id_looking_path_that_is_a_mounted_model(setup, tmp_path):
     """MODEL_PATH=org/name would be downloaded from Hugging Face while /models/org/name is mounted: refused, naming
     the directory. A real bind mount in a mount namespace of its own (unshare), as `-v /models:/models` makes."""
-    unshare = _unshare()
-    if unshare is None:
-        pytest.skip("unshare -Urm is not allowed here: no mount namespace to bind a models directory into")
+    unshare = unshare_or_skip()
     models, point = tmp_path / "host-models", tmp_path / "models"
     kimi_target(models / "org" / "name", architecture="DeepseekV3ForCausalLM")
     point.mkdir()
