@@ -2,23 +2,26 @@
 #
 # `python3 build.py build [--profile offline]` passes every ARG below from the resolved plan (build.toml).
 # Each default is declared once, here, above the first FROM, and mirrors build.toml's default track and profile
-# (SGLang 0.5.9, release) for people who run `docker buildx build .` by hand; tests/unit/test_dockerfile.py
+# (SGLang 0.5.23, release) for people who run `docker buildx build .` by hand; tests/unit/test_dockerfile.py
 # keeps them equal to the plan. Stages re-declare the ARGs they use without a value.
 #
 # Stage order: devel -> torch -> flash-attn, sgl-kernel (compiled kernels) -> sglang (dependencies) -> kernels
 # -> patched (our SGLang patches) -> overlay -> runtime. Kernel stages copy only their own scripts and patches, and the
 # patch stage comes after them, so a patch or Python edit never recompiles a kernel. The compile parallelism is
 # the BuildKit secret `build_jobs` (docker/stages/common.sh), not an ARG: it is kept out of the cache key.
+# The plan is resolved once, on the host: `build.py build` stages its image-facing outputs (plan.json, the patch
+# series) in PLAN_DIR of the build context (sm120/build_context.py); nothing here reads build.toml or runs `plan`.
+# A hand-run `docker buildx build .` needs them too: `python3 build.py build --print` stages them and prints the
+# command.
 # No `# syntax=` line: BuildKit's built-in Dockerfile frontend is used (a syntax line pulls an image).
 
 ARG BASE_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
 ARG RUNTIME_BASE_IMAGE=nvidia/cuda:13.0.1-base-ubuntu24.04
-ARG PROFILE=release
 ARG PYTHON_VERSION=3.12
-ARG SGLANG_VERSION=0.5.9
-ARG TORCH_VERSION=2.9.1
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130
-ARG FLASHINFER_VERSION=0.6.3
+ARG SGLANG_VERSION=0.5.23
+ARG TORCH_VERSION=2.14.1
+ARG TORCH_INDEX_URL=
+ARG FLASHINFER_VERSION=0.7.2
 ARG FLASH_ATTN_VERSION=2.8.3
 ARG FLASH_ATTN_CUDA_ARCHS=120
 ARG FLASH_ATTN_HEAD_DIMS=32,64,96,128,192,256
@@ -26,18 +29,19 @@ ARG FLASH_ATTN_DTYPES=fp16,bf16
 ARG FLASH_ATTN_BACKWARD=0
 ARG FLASH_ATTN_PATCHES=patches/flash-attn/2.8.3/kernel-subset.patch
 ARG FLASH_ATTN_ALLOW_CUDA_MISMATCH=0
-ARG CXX_STD=17
-ARG SGL_KERNEL_PACKAGE=sgl-kernel
-ARG SGL_KERNEL_VERSION=0.3.21
-ARG SGL_KERNEL_SOURCE=wheel
-ARG SGL_KERNEL_WHEEL_URL=https://github.com/sgl-project/whl/releases/download/v0.3.21/sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl
-ARG SGL_KERNEL_WHEEL_SHA256=4be1313f82808f0fb6df8107e79f6b6cea07a4aa2b20139e0342eafe31eb28bd
-ARG FIXUP_PINS="nvidia-cudnn-cu13==9.16.0.29 nvidia-nccl-cu13==2.28.3 cuda-python==13.1.1"
+ARG CXX_STD=20
+ARG SGL_KERNEL_PACKAGE=sglang-kernel
+ARG SGL_KERNEL_VERSION=0.4.10
+ARG SGL_KERNEL_SOURCE=pypi
+ARG SGL_KERNEL_WHEEL_URL=
+ARG SGL_KERNEL_WHEEL_SHA256=
+ARG FIXUP_PINS=
 ARG IMAGE_USER=sglang
 ARG IMAGE_UID=1000
 ARG CACHE_DIR=/var/cache/sglang
 ARG PORT=30000
 ARG PLAN_JSON=/etc/sglang-sm120/plan.json
+ARG PLAN_DIR=.plan/release-0.5.23
 
 # ---- devel: the CUDA 13.0.1 compiler image plus Python, a virtual environment and build tools.
 # Every compile stage starts here. Python comes from the OS (Ubuntu 24.04: 3.12; the offline Debian: 3.11).
@@ -128,22 +132,17 @@ RUN --mount=type=bind,from=flash-attn,source=/wheels,target=/kernels/flash-attn 
     pip install --no-deps --no-index /kernels/flash-attn/*.whl \
  && bash /opt/build/fixups.sh check
 
-# ---- patched: our patch series for this SGLang version, checked and applied by the same code as
-# `build.py patches apply` on the host; then the plan, baked in for the entrypoint.
+# ---- patched: the SGLang patch series the host resolved (PLAN_DIR/series), applied by the engine `build.py patches`
+# runs on the host (sm120/patch_engine.py, standard library only; a conflict names patch, file and hunk). Only the
+# engine and the series are copied here, so no other Python edit re-runs this stage.
 FROM kernels AS patched
-ARG SGLANG_VERSION
-ARG PROFILE
 ARG PYTHON_VERSION
-ARG PLAN_JSON
-COPY build.py build.toml /opt/sglang-sm120/src/
-COPY sm120/ /opt/sglang-sm120/src/sm120/
-COPY patches/ /opt/sglang-sm120/src/patches/
-RUN cd /opt/sglang-sm120/src \
- && site=/opt/venv/lib/python${PYTHON_VERSION}/site-packages \
- && python build.py patches apply --sglang "${SGLANG_VERSION}" --source "$site" --dest "$site" \
- && python -m compileall -q "$site/sglang" \
- && mkdir -p "$(dirname "${PLAN_JSON}")" \
- && python build.py plan --json --profile "${PROFILE}" --sglang "${SGLANG_VERSION}" > "${PLAN_JSON}"
+ARG PLAN_DIR
+COPY sm120/__init__.py sm120/errors.py sm120/patch_engine.py /opt/build/engine/sm120/
+COPY ${PLAN_DIR}/series/ /opt/build/series/
+RUN site=/opt/venv/lib/python${PYTHON_VERSION}/site-packages \
+ && PYTHONPATH=/opt/build/engine python -m sm120.patch_engine apply /opt/build/series/series.json "$site" \
+ && python -m compileall -q "$site/sglang"
 
 # ---- jit-toolchain: what SGLang, FlashInfer and Triton compile with at run time, cut from the devel image:
 # nvcc and its backends, the CUDA headers, libcudart.so and the driver stub to link against. Not the static
@@ -152,15 +151,16 @@ FROM devel AS jit-toolchain
 COPY docker/stages/jit-toolchain.sh /opt/build/
 RUN bash /opt/build/jit-toolchain.sh collect /usr/local/cuda /opt/jit/cuda
 
-# ---- overlay: what changes more often than the venv (the patched SGLang sources, the plan, the entrypoint),
-# gathered so that the runtime stage adds it as one layer on top of the venv: a patch or entrypoint edit then
-# re-exports one small layer instead of several (each new layer costs a diff of the tree on some drivers).
+# ---- overlay: what changes more often than the venv (the patched SGLang sources, the host's plan.json, the
+# entrypoint), gathered so that the runtime stage adds it as one layer on top of the venv: a patch or entrypoint
+# edit re-exports one small layer instead of several (each new layer costs a diff of the tree on some drivers).
 FROM scratch AS overlay
 ARG PYTHON_VERSION
 ARG PLAN_JSON
+ARG PLAN_DIR
 COPY --from=patched /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/ \
      /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/
-COPY --from=patched ${PLAN_JSON} ${PLAN_JSON}
+COPY ${PLAN_DIR}/plan.json ${PLAN_JSON}
 COPY docker/entrypoint.py /opt/sglang-sm120/entrypoint.py
 COPY sm120/__init__.py /opt/sglang-sm120/sm120/__init__.py
 COPY sm120/entrypoint/ /opt/sglang-sm120/sm120/entrypoint/

@@ -179,9 +179,9 @@ def plan_build_args(plan: Path | None, profile: str, sglang: str | None) -> dict
     """The plan's build args: from a `build.py plan --json` file, or resolved from build.toml here."""
     if plan is not None:
         return json.loads(plan.read_text())["build_args"]
-    from sm120.commands.plan import load_plan
+    from sm120.plan import load_plan
 
-    return load_plan(argparse.Namespace(config=None, profile=profile, sglang=sglang)).build_args
+    return load_plan(profile=profile, sglang=sglang).build_args
 
 
 def stage_args(args: argparse.Namespace) -> dict[str, str]:

@@ -11,42 +11,13 @@ from __future__ import annotations
 
 import re
 
-from .entrypoint.spec import PLAN_JSON_PATH
+from .exported import FACTS
 from .plan_types import Plan
 
 
 def write(plan: Plan) -> dict[str, str]:
-    """Every build arg of the image `plan` builds, by name."""
-    flash_attn, sgl_kernel, image = plan.flash_attn, plan.sgl_kernel, plan.image
-    return {
-        "BASE_IMAGE": plan.base_image,
-        "RUNTIME_BASE_IMAGE": plan.runtime_base_image,
-        "PROFILE": plan.profile,
-        "PYTHON_VERSION": plan.python_version,
-        "SGLANG_VERSION": plan.sglang_version,
-        "TORCH_VERSION": plan.torch_version,
-        "TORCH_INDEX_URL": plan.torch_index or "",
-        "FLASHINFER_VERSION": plan.flashinfer_version,
-        "FLASH_ATTN_VERSION": plan.flash_attn_version,
-        "FLASH_ATTN_CUDA_ARCHS": ";".join(flash_attn.archs),
-        "FLASH_ATTN_HEAD_DIMS": ",".join(map(str, flash_attn.head_dims)),
-        "FLASH_ATTN_DTYPES": ",".join(flash_attn.dtypes),
-        "FLASH_ATTN_BACKWARD": "1" if flash_attn.backward else "0",
-        "FLASH_ATTN_PATCHES": " ".join(p.path for p in plan.patches if p.component == "flash-attn"),
-        "FLASH_ATTN_ALLOW_CUDA_MISMATCH": "1" if plan.torch_cuda_differs else "0",
-        "CXX_STD": str(flash_attn.cxx_std),
-        "SGL_KERNEL_PACKAGE": sgl_kernel.package,
-        "SGL_KERNEL_VERSION": sgl_kernel.version,
-        "SGL_KERNEL_SOURCE": sgl_kernel.source,
-        "SGL_KERNEL_WHEEL_URL": sgl_kernel.wheel_url,
-        "SGL_KERNEL_WHEEL_SHA256": sgl_kernel.wheel_sha256,
-        "FIXUP_PINS": " ".join(f.requirement for f in plan.fixups),
-        "IMAGE_USER": image.user,
-        "IMAGE_UID": str(image.uid),
-        "CACHE_DIR": image.cache_dir,
-        "PORT": str(image.port),
-        "PLAN_JSON": PLAN_JSON_PATH,  # where the entrypoint reads the plan
-    }
+    """Every build arg of the image `plan` builds, by name (sm120/exported.py FACTS)."""
+    return {f.arg: f.value(plan) for f in FACTS if f.arg}
 
 
 def stage_env(build_args: dict[str, str], dockerfile: str, stage: str) -> dict[str, str]:

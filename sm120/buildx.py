@@ -25,10 +25,10 @@ from .errors import CheckFailed, UsageError
 _CA_CANDIDATES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 _CA_DEFAULT = Path("/etc/ssl/certs/ca-certificates.crt")
 
-# Plain progress: "#12 [flash-attn 4/6] RUN ..." and, on failure, " > [flash-attn 4/6] RUN ...:".
-_STEP = re.compile(r"^#\d+ \[(?P<stage>[\w.-]+)(?: (?P<n>\d+)/(?P<m>\d+))?\] (?P<what>.*)$")
+# Plain progress, on failure: " > [flash-attn 4/6] RUN ...:".
 _FAILED = re.compile(r"^(?:ERROR: .*)?\s*> \[(?P<stage>[\w.-]+)(?: (?P<n>\d+)/(?P<m>\d+))?\] (?P<what>.*?):?$")
-_PATCH_LINE = re.compile(r"build\.py patches: (?:failed|error): (?P<msg>.*)$")
+# The patch step's own error line (sm120/patch_engine.py in the build; `build.py patches` on the host).
+_PATCH_LINE = re.compile(r"(?:build\.py patches|patch_engine): (?:failed|error): (?P<msg>.*)$")
 
 
 @dataclass

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import importlib
 import math
 import os
@@ -12,7 +11,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from .errors import CheckFailed, UsageError
+from .errors import CheckFailed, UsageError, suggest
 
 # Subcommand modules, in the order `--help` lists them.
 COMMANDS = ["plan", "patches", "base", "preflight", "build", "verify", "bench"]
@@ -30,9 +29,7 @@ def _closest(message: str) -> str:
     match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
     if not match:
         return ""
-    choices = re.findall(r"'?([^',\s]+)'?", match.group(2))
-    close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
-    return f"; perhaps you meant {close[0]!r}" if close else ""
+    return suggest(match.group(1), re.findall(r"'?([^',\s]+)'?", match.group(2)))
 
 
 MAX_DIGITS = 18  # no count or size here needs more; int() would refuse past 4300 digits with a traceback
@@ -94,6 +91,27 @@ def add_config_args(parser: argparse.ArgumentParser, *, sglang: bool = True, pro
         parser.add_argument("--profile", metavar="NAME", help="profile from build.toml (default: defaults.profile)")
     if sglang:
         parser.add_argument("--sglang", metavar="VERSION", help="SGLang track (default: defaults.sglang)")
+
+
+MAX_MEMORY_GIB = 1 << 20  # 1 PiB: far above any builder, far below where GiB -> bytes overflows a float
+
+
+def memory_gib(text: str) -> float:
+    value = positive_float(text)
+    if value > MAX_MEMORY_GIB:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_MEMORY_GIB} (GiB: 1 PiB), got {shown(text)}")
+    return value
+
+
+def add_machine_args(parser: argparse.ArgumentParser) -> None:
+    """The options that plan for another builder than this machine (plan, build)."""
+    parser.add_argument("--max-jobs", type=positive_int, metavar="N", help="override the derived compile parallelism")
+    parser.add_argument(
+        "--cpus", type=positive_int, metavar="N", help="plan for a machine with N CPUs (default: this one)"
+    )
+    parser.add_argument(
+        "--memory-gib", type=memory_gib, metavar="G", help="plan for a machine with G GiB (default: this one)"
+    )
 
 
 def _needs(command: str, package: str):

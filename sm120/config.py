@@ -5,13 +5,11 @@ Every error names the file, the key and what is allowed, in one line (`UsageErro
 
 from __future__ import annotations
 
-import difflib
 import errno
 import json
 import re
 import stat
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,8 +28,8 @@ from pydantic import (
 )
 
 from .entrypoint.errors import long_number
-from .entrypoint.spec import CONDITIONS
-from .errors import UsageError
+from .entrypoint.spec import CONDITIONS, draft_tree_most
+from .errors import UsageError, suggest
 from .preset_check import check_mode_args
 
 if sys.version_info >= (3, 11):
@@ -68,6 +66,7 @@ class Image(Strict):
 class Defaults(Strict):
     sglang: str
     profile: str
+    mode: str  # what `docker run IMAGE` runs: the Dockerfile's CMD must be this mode
 
 
 class Cuda(Strict):
@@ -178,11 +177,22 @@ class LeftOut(Strict):
     reason: str = Field(min_length=1)
 
 
+class ModePresets(Strict):
+    """A track's EAGLE-3 draft tree for one draft mode: all three numbers, or none (SGLang chooses the tree, as
+    both 0.5.9 and 0.5.23 do when --speculative-num-steps is not given); `reason` says where the choice comes from."""
+
+    spec_num_steps: int | None = Field(default=None, ge=1)
+    spec_eagle_topk: int | None = Field(default=None, ge=1)
+    spec_num_draft_tokens: int | None = Field(default=None, ge=1)
+    reason: str = Field(min_length=1)
+
+
 class Track(Strict):
     flashinfer: str = Field(pattern=_VERSION_RE)
     flash_attn: str = Field(pattern=_VERSION_RE)
     cxx_std: Literal[17, 20]
     patches: list[str] = []
+    presets: dict[str, ModePresets] = {}  # by mode name: the draft tree of each draft mode
     torch: Torch
     sgl_kernel: SglKernel
     runtime: list[RuntimeRule] = []
@@ -225,10 +235,17 @@ class BuilderNeeds(Strict):
 class Mode(Strict):
     summary: str
     args: list[str] = []
-    draft: bool = False  # needs DRAFT_MODEL_PATH, an EAGLE-3 drafter (the entrypoint checks its config.json)
-    spec_num_steps: int | None = Field(default=None, ge=1)
-    spec_eagle_topk: int | None = Field(default=None, ge=1)
-    spec_num_draft_tokens: int | None = Field(default=None, ge=1)
+    # Needs DRAFT_MODEL_PATH, an EAGLE-3 drafter (the entrypoint checks its config.json); every track then says
+    # which draft tree it runs ([tracks."X".presets.NAME]).
+    draft: bool = False
+
+
+class Eagle3Drafter(Strict):
+    """An EAGLE-3 drafter class that only some releases of SGLang have ([eagle3_drafters.CLASS])."""
+
+    kind: str = Field(min_length=1)
+    since: str = Field(pattern=_VERSION_RE)  # the first SGLang release that registers it
+    source: str = Field(min_length=1)
 
 
 class UpstreamCheck(Strict):
@@ -294,6 +311,9 @@ class Sm120Trap(Strict):
     source: str = Field(min_length=1)
     sglang: str | None = None  # the releases it holds for (a version range); None: every release
     quantization: list[str] = []  # only where SGLang's quantization is one of these; empty: any
+    # Only where the EAGLE-3 draft model's attention (SGLang's ModelConfig.attention_arch: "MLA", "MHA") is one of
+    # these; empty: any case.
+    draft_attention: list[str] = []
 
     @field_validator("sglang")
     @classmethod
@@ -305,8 +325,10 @@ class Sm120Trap(Strict):
                 raise ValueError(f"{sglang!r} is not a version range like '<0.5.10'") from exc
         return sglang
 
-    def applies(self, version: str, quantization: str | None) -> bool:
+    def applies(self, version: str, quantization: str | None, draft_attention: str | None = None) -> bool:
         if self.sglang is not None and not SpecifierSet(self.sglang).contains(Version(version), prereleases=True):
+            return False
+        if self.draft_attention and draft_attention not in self.draft_attention:
             return False
         return not self.quantization or quantization in self.quantization
 
@@ -331,6 +353,7 @@ class Config(Strict):
     profiles: dict[str, Profile] = Field(min_length=1)
     modes: dict[str, Mode] = Field(min_length=1)
     patches: dict[str, Patch] = {}
+    eagle3_drafters: dict[str, Eagle3Drafter] = {}
     local_bases: LocalBases
     builder: dict[str, BuilderNeeds] = {}  # by profile name
     sm120_traps: list[Sm120Trap] = []
@@ -366,12 +389,6 @@ class Config(Strict):
                 f"(patches: {', '.join(sorted(self.patches))}{suggest(name, self.patches)})"
             )
         return self.patches[name]
-
-
-def suggest(name: object, allowed: Iterable[str]) -> str:
-    """' (perhaps you meant X)' for the closest allowed name (as cibuildwheel does), or ''."""
-    close = difflib.get_close_matches(str(name), list(allowed), n=1, cutoff=0.6)
-    return f"; perhaps you meant {close[0]!r}" if close else ""
 
 
 def _where(loc: tuple[Any, ...]) -> str:
@@ -481,6 +498,8 @@ def read_regular_file(path: Path) -> str:
 
 def _check_references(config: Config) -> None:
     name = config.path.name
+    for mode_name, mode in config.modes.items():
+        _check_mode(name, mode_name, mode)
     for version, track in config.tracks.items():
         try:
             Version(version)
@@ -503,6 +522,9 @@ def _check_references(config: Config) -> None:
         twice = sorted({p for p in track.patches if track.patches.count(p) > 1})
         if twice:
             raise UsageError(f'{name}: tracks."{version}".patches lists {twice[0]!r} twice (each patch once)')
+        _check_presets(config, version, track)
+        for mode_name, mode in config.modes.items():  # presets the entrypoint would refuse at every start
+            check_mode_args(name, mode_name, mode.args, track.runtime, rules_key=f'tracks."{version}".runtime')
         for i, rule in enumerate(track.runtime):
             wanted = rule.requires_patch
             if wanted is not None and wanted not in config.patches:
@@ -519,15 +541,17 @@ def _check_references(config: Config) -> None:
                 raise UsageError(f"{key}: outside the repository ({root}); patch files live under patches/")
             if not file.is_file():
                 raise UsageError(f"{key}: no such file")
-    for mode_name, mode in config.modes.items():
-        _check_mode(name, mode_name, mode)
-        for version, track in config.tracks.items():  # presets the entrypoint would refuse (issue 24)
-            check_mode_args(name, mode_name, mode.args, track.runtime, rules_key=f'tracks."{version}".runtime')
-    needed = image_cmd_mode(config.root)
-    if needed is not None and needed not in config.modes:
+    default = config.defaults.mode
+    if default not in config.modes:
         raise UsageError(
-            f"{name}: [modes] has no {needed!r}, the mode the image's CMD runs (Dockerfile CMD [{needed!r}]) "
-            f"(modes: {', '.join(sorted(config.modes))}{suggest(needed, config.modes)})"
+            f"{name}: defaults.mode = {default!r} is not a mode "
+            f"(modes: {', '.join(sorted(config.modes))}{suggest(default, config.modes)})"
+        )
+    cmd = image_cmd_mode(config.root)
+    if cmd is not None and cmd != default:
+        raise UsageError(
+            f"{name}: defaults.mode = {default!r}, but the image's CMD runs {cmd!r} (Dockerfile CMD [{cmd!r}]): "
+            "make them the same mode"
         )
     if config.defaults.sglang not in config.tracks:
         raise UsageError(
@@ -542,31 +566,55 @@ def _check_references(config: Config) -> None:
 
 
 def _check_mode(name: str, mode_name: str, mode: Mode) -> None:
-    """An EAGLE mode's presets must be a draft tree SGLang can run: draft tokens from 2 to
-    1 + top-k + (steps - 1) * top-k^2 (the tree's candidates plus the root)."""
     if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", mode_name):
         raise UsageError(
             f"{name}: [modes.{mode_name}]: a mode name is lower-case letters, digits, '-' and '_' "
             "(it is the image's first argument, e.g. `docker run IMAGE eagle3`)"
         )
-    steps, topk, tokens = mode.spec_num_steps, mode.spec_eagle_topk, mode.spec_num_draft_tokens
-    presets = {"spec_num_steps": steps, "spec_eagle_topk": topk, "spec_num_draft_tokens": tokens}
-    given = [key for key, value in presets.items() if value is not None]
-    if given and not mode.draft:
-        raise UsageError(
-            f"{name}: modes.{mode_name}.{given[0]} is set but draft = false: the EAGLE-3 presets apply only "
-            "to a mode with a drafter (set draft = true, or remove them)"
-        )
-    if tokens is not None and tokens < 2:
-        raise UsageError(f"{name}: modes.{mode_name}.spec_num_draft_tokens = {tokens}: allowed from 2")
-    if steps is None or topk is None or tokens is None:
-        return
-    most = 1 + topk + (steps - 1) * topk * topk
-    if tokens > most:
-        raise UsageError(
-            f"{name}: modes.{mode_name}.spec_num_draft_tokens = {tokens}: allowed 2 to {most} for "
-            f"spec_num_steps {steps} and spec_eagle_topk {topk} (1 + top-k + (steps - 1) * top-k^2)"
-        )
+
+
+def _check_presets(config: Config, version: str, track: Track) -> None:
+    """Each draft mode has the track's draft tree, and it is one SGLang can run: all three numbers or none, draft
+    tokens from 2 to 1 + top-k + (steps - 1) * top-k^2 (spec.draft_tree_most)."""
+    name = config.path.name
+    where = f'tracks."{version}".presets'
+    for mode_name, presets in track.presets.items():
+        mode = config.modes.get(mode_name)
+        if mode is None:
+            raise UsageError(
+                f"{name}: {where}.{mode_name}: no such mode "
+                f"(modes: {', '.join(sorted(config.modes))}{suggest(mode_name, config.modes)})"
+            )
+        if not mode.draft:
+            raise UsageError(
+                f"{name}: {where}.{mode_name}: the mode has draft = false: EAGLE-3 presets apply only to a mode "
+                "with a drafter (set draft = true in [modes], or remove them)"
+            )
+        steps, topk, tokens = presets.spec_num_steps, presets.spec_eagle_topk, presets.spec_num_draft_tokens
+        numbers = {"spec_num_steps": steps, "spec_eagle_topk": topk, "spec_num_draft_tokens": tokens}
+        given = [key for key, value in numbers.items() if value is not None]
+        if given and len(given) < len(numbers):
+            missing = [key for key in numbers if key not in given]
+            raise UsageError(
+                f"{name}: {where}.{mode_name} sets {', '.join(given)} but not {', '.join(missing)}: give all three, "
+                "or none to leave the draft tree to SGLang (it takes all three or none)"
+            )
+        if tokens is not None and tokens < 2:
+            raise UsageError(f"{name}: {where}.{mode_name}.spec_num_draft_tokens = {tokens}: allowed from 2")
+        if steps is not None and topk is not None and tokens is not None:
+            most = draft_tree_most(steps, topk)
+            if tokens > most:
+                raise UsageError(
+                    f"{name}: {where}.{mode_name}.spec_num_draft_tokens = {tokens}: allowed 2 to {most} for "
+                    f"spec_num_steps {steps} and spec_eagle_topk {topk} (1 + top-k + (steps - 1) * top-k^2)"
+                )
+    for mode_name, mode in config.modes.items():
+        if mode.draft and mode_name not in track.presets:
+            raise UsageError(
+                f"{name}: {where}.{mode_name} is missing: say which EAGLE-3 draft tree this track runs "
+                "(spec_num_steps, spec_eagle_topk, spec_num_draft_tokens, or none for SGLang's own choice) "
+                "and its reason"
+            )
 
 
 def image_cmd_mode(root: Path) -> str | None:

@@ -63,7 +63,7 @@ def check_registry(value: str) -> str:
 
 def check_target(value: str, stages: Iterable[str]) -> str:
     """--target must be a stage of the Dockerfile (buildx would say so only after the bases were made)."""
-    from .config import suggest
+    from .errors import suggest
 
     known = list(stages)
     if value not in known:
@@ -102,7 +102,7 @@ def check_cache(spec: str, flag: str) -> str:
     if kind is None:
         raise UsageError(f"{flag} {spec!r}: no type= (types: {', '.join(CACHE_TYPES)})")
     if kind not in CACHE_TYPES:
-        from .config import suggest
+        from .errors import suggest
 
         types = ", ".join(CACHE_TYPES)
         raise UsageError(f"{flag} {spec!r}: unknown cache type {kind!r} (types: {types}{suggest(kind, CACHE_TYPES)})")

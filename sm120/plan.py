@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import subprocess
+from pathlib import Path
 
 from packaging.version import Version
 
@@ -18,7 +19,9 @@ from . import build_args as build_args_format
 from . import labels as labels_format
 from . import resources as res
 from .config import Config, FlashAttnKernels, Profile, Track
+from .config import load as load_config
 from .entrypoint.spec import (
+    DrafterElsewhere,
     EntrypointSpec,
     LeftOutSpec,
     ModeSpec,
@@ -27,7 +30,6 @@ from .entrypoint.spec import (
     UpstreamCheckSpec,
 )
 from .errors import UsageError
-from .labels import sm
 from .plan_types import (
     ALL_HEAD_DIMS,
     FixupPin,
@@ -39,9 +41,8 @@ from .plan_types import (
     SkippedPatch,
     cuda_major,
     cuda_minor,
+    sm,
 )
-
-__all__ = ["ALL_HEAD_DIMS", "Plan", "render", "resolve", "sm"]
 
 
 def _sha256(path) -> str:
@@ -129,7 +130,6 @@ def _flash_attn(config: Config, track: Track, kernels: FlashAttnKernels) -> Flas
         dtypes=list(kernels.dtypes),
         backward=kernels.backward,
         cxx_std=track.cxx_std,
-        all_kernels=head_dims == ALL_HEAD_DIMS and set(kernels.dtypes) == {"fp16", "bf16"},
     )
 
 
@@ -165,7 +165,40 @@ def _differences(config: Config, name: str, track: Track) -> list[str]:
     return out
 
 
-def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str]) -> EntrypointSpec:
+def image_version(config: Config, version: str, profile_name: str) -> str:
+    """The tag of a track's image in a profile: 0.5.23-cu13.0.1, or 0.5.23-cu13.0.1-offline off the default profile."""
+    suffix = "" if profile_name == config.defaults.profile else f"-{profile_name}"
+    return f"{version}-cu{config.cuda.version}{suffix}"
+
+
+def _modes(config: Config, track: Track) -> dict[str, ModeSpec]:
+    """build.toml's [modes] with this track's draft tree for each draft mode ([tracks."X".presets.NAME])."""
+    modes = {}
+    for name, mode in config.modes.items():
+        presets = track.presets.get(name) if mode.draft else None
+        modes[name] = ModeSpec(
+            summary=mode.summary,
+            args=list(mode.args),
+            draft=mode.draft,
+            spec_num_steps=presets.spec_num_steps if presets else None,
+            spec_eagle_topk=presets.spec_eagle_topk if presets else None,
+            spec_num_draft_tokens=presets.spec_num_draft_tokens if presets else None,
+            draft_tree_reason=presets.reason if presets else None,
+        )
+    return modes
+
+
+def _drafters(config: Config, profile_name: str) -> dict[str, DrafterElsewhere]:
+    """Each [eagle3_drafters.CLASS] with the tracks (and their image tags) whose SGLang has it."""
+    out = {}
+    for name, drafter in config.eagle3_drafters.items():
+        tracks = sorted((v for v in config.tracks if Version(v) >= Version(drafter.since)), key=Version)
+        images = [f"{config.project.image}:{image_version(config, v, profile_name)}" for v in tracks]
+        out[name] = DrafterElsewhere(kind=drafter.kind, since=drafter.since, tracks=tracks, images=images)
+    return out
+
+
+def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str], profile_name: str) -> EntrypointSpec:
     """What docker/entrypoint.py reads from the image's plan.json (its `entrypoint` key).
 
     A rule's `requires_patch` becomes `requires`: that patch's upstream_check (files and patterns), which the
@@ -203,10 +236,36 @@ def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str
         cuda_archs=cuda_archs,
         port=config.image.port,
         cache_dir=config.image.cache_dir,
-        modes={name: ModeSpec(**mode.model_dump()) for name, mode in config.modes.items()},
+        default_mode=config.defaults.mode,
+        modes=_modes(config, track),
         runtime=runtime,
         left_out=[LeftOutSpec(list(rule.args), rule.reason) for rule in track.left_out],
+        drafters=_drafters(config, profile_name),
     )
+
+
+def load_plan(
+    config: Config | str | Path | None = None,
+    *,
+    profile: str | None = None,
+    sglang: str | None = None,
+    max_jobs: int | None = None,
+    cpus: int | None = None,
+    memory_gib: float | None = None,
+) -> Plan:
+    """The plan of build.toml (a loaded Config, a path, or None for the checkout's) for a profile and a track, on
+    this machine or on one of `cpus` CPUs and `memory_gib` GiB: what every command and benchmark resolves."""
+    if not isinstance(config, Config):
+        config = load_config(config)
+    machine = None
+    if cpus is not None or memory_gib is not None:
+        here = res.detect()
+        machine = res.Resources(
+            cpus=cpus or here.cpus,
+            memory_bytes=int(memory_gib * res.GIB) if memory_gib else here.memory_bytes,
+            source="given by --cpus/--memory-gib",
+        )
+    return resolve(config, profile=profile, sglang=sglang, max_jobs=max_jobs, machine=machine)
 
 
 def resolve(
@@ -250,8 +309,7 @@ def resolve(
     if parallelism.warning:
         warnings.append(parallelism.warning)
 
-    suffix = "" if profile_name == config.defaults.profile else f"-{profile_name}"
-    image_version = f"{version}-cu{config.cuda.version}{suffix}"
+    tag_version = image_version(config, version, profile_name)
     compiling = ["flash-attn"] + (["sgl-kernel"] if sgl_kernel.source == "source" else [])
 
     plan = Plan(
@@ -277,21 +335,21 @@ def resolve(
         nvcc_threads=parallelism.nvcc_threads,
         parallelism_reason=parallelism.reason,
         build_jobs=_build_jobs(parallelism.max_jobs, parallelism.nvcc_threads, compiling),
-        tags=[f"{config.project.image}:{image_version}"],
+        tags=[f"{config.project.image}:{tag_version}"],
         labels={},
         build_args={},
         stand_ins=stand_ins,
         differences=_differences(config, profile_name, track),
         image=ImageSettings(**config.image.model_dump()),
-        entrypoint=_entrypoint(config, track, version, list(config.cuda.archs)),
+        entrypoint=_entrypoint(config, track, version, list(config.cuda.archs), profile_name),
         tracks=sorted(config.tracks, key=Version),
-        profiles=sorted(config.profiles),
+        sm120_traps=[trap.model_dump() for trap in config.sm120_traps],
         warnings=warnings,
     )
     # The formats written from the plan itself, each by its own module.
     return dataclasses.replace(
         plan,
-        labels=labels_format.write(plan, config.project, image_version, _git_revision(config)),
+        labels=labels_format.write(plan, config.project, tag_version, _git_revision(config)),
         build_args=build_args_format.write(plan),
     )
 

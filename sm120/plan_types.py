@@ -7,6 +7,7 @@ the order of `plan --json`'s keys: do not reorder fields.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,6 +25,11 @@ def cuda_major(version: str) -> str:
 def cuda_minor(version: str) -> str:
     """13.0.1 -> 13.0"""
     return ".".join(version.split(".")[:2])
+
+
+def sm(capability: str, suffix: str = "") -> str:
+    """'12.0' -> 'sm_120' (+ suffix, e.g. 'a')."""
+    return "sm_" + capability.replace(".", "") + suffix
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,6 @@ class FlashAttn:
     dtypes: list[str]  # "fp16", "bf16"
     backward: bool
     cxx_std: int
-    all_kernels: bool  # every head dim and dtype: the subset patch changes nothing
 
 
 @dataclass(frozen=True)
@@ -118,12 +123,18 @@ class Plan:
     image: ImageSettings
     entrypoint: EntrypointSpec
     tracks: list[str]  # every SGLang track build.toml has (the publish matrix)
-    profiles: list[str]
+    # build.toml's [[sm120_traps]], as data (sm120.config.Sm120Trap reads each back): the start-up check of
+    # `build.py verify` judges an image by the traps it carries (sm120/image_plan.py).
+    sm120_traps: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as JSON-ready data: `plan --json` and the image's plan.json."""
+        """The plan as JSON-ready data."""
         return asdict(self)
+
+    def to_json(self) -> str:
+        """The plan as `build.py plan --json` prints it and the image holds it (/etc/sglang-sm120/plan.json)."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
 
     @property
     def torch_cuda_differs(self) -> bool:

@@ -62,6 +62,7 @@ def synthetic_plan(path: Path, *, version: str = "9.9.9", runtime=None, left_out
         "cuda_archs": ["12.0"],
         "port": 30000,
         "cache_dir": str(path.parent / "cache"),
+        "default_mode": "baseline",
         "modes": {
             "baseline": {"summary": "plain server", "args": [], "draft": False},
             "eagle3": {
@@ -71,8 +72,10 @@ def synthetic_plan(path: Path, *, version: str = "9.9.9", runtime=None, left_out
                 "spec_num_steps": 2,
                 "spec_eagle_topk": 4,
                 "spec_num_draft_tokens": 16,
+                "draft_tree_reason": "the test's presets",
             },
         },
+        "drafters": {},
         "runtime": runtime
         if runtime is not None
         else [
@@ -201,6 +204,17 @@ class LlamaForCausalLMEagle3(nn.Module):
 EntryClass = [DeepseekV3ForCausalLM, KimiK25ForConditionalGeneration, LlamaForCausalLMEagle3]
 """
 
+_MLA_DRAFTER = """
+from torch import nn
+
+
+class Eagle3DeepseekV2ForCausalLM(nn.Module):
+    pass
+
+
+EntryClass = [Eagle3DeepseekV2ForCausalLM]
+"""
+
 _KIMI_DELEGATES = """
     def get_embed_and_head(self):
         return self.language_model.get_embed_and_head()
@@ -210,8 +224,16 @@ _KIMI_DELEGATES = """
 """
 
 
-def fake_sglang(site: Path, *, version: str = "9.9.9", kimi_hooks: bool = False, symm_mem_12: bool = False) -> Path:
-    """A stand-in `sglang` package in `site` (put it on PYTHONPATH)."""
+def fake_sglang(
+    site: Path,
+    *,
+    version: str = "9.9.9",
+    kimi_hooks: bool = False,
+    symm_mem_12: bool = False,
+    mla_drafter: bool = False,
+) -> Path:
+    """A stand-in `sglang` package in `site` (put it on PYTHONPATH); `mla_drafter`: it registers the MLA EAGLE-3
+    drafter class (Eagle3DeepseekV2ForCausalLM, SGLang >= 0.5.12) in a model file of its own."""
     pkg = site / "sglang"
     files = {
         "__init__.py": "",
@@ -227,6 +249,8 @@ def fake_sglang(site: Path, *, version: str = "9.9.9", kimi_hooks: bool = False,
         + ("    12: {2: 1},\n" if symm_mem_12 else "")
         + "}\n",
     }
+    if mla_drafter:
+        files["srt/models/kimi_k25_eagle3.py"] = _MLA_DRAFTER
     for rel, text in files.items():
         path = pkg / rel
         path.parent.mkdir(parents=True, exist_ok=True)

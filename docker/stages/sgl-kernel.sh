@@ -67,7 +67,7 @@ print(posixpath.basename(urllib.parse.unquote(urllib.parse.urlsplit(sys.argv[1])
 # is there and stops the build with a message when it is not, so a release that moved the text fails here,
 # loudly, instead of compiling something else.
 #  - cmake>=3.31,<4 and scikit-build-core==0.11.6: what upstream built 0.3.21 with (the released 0.3.21 wheel's
-#    WHEEL file says `Generator: scikit-build-core 0.11.6`; CMake 3.31 per ../shared/FINDINGS.md). CMake 4
+#    WHEEL file says `Generator: scikit-build-core 0.11.6`; CMake 3.31, as upstream's sgl-kernel build of that era pinned). CMake 4
 #    refuses the `cmake_minimum_required(VERSION 3.2)` of a FetchContent dependency (dlpack, through mscclpp);
 #    CMAKE_POLICY_VERSION_MINIMUM=3.5 is set as well, for a CMake 4 that someone pins later (3.31 ignores it).
 #  - libnuma-dev: mscclpp's configure looks for numa.h (the runtime stage installs libnuma1).

@@ -12,10 +12,11 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..entrypoint.spec import draft_tree_most
 from ..errors import UsageError
 
-# Defaults of the sweep: the reference run's point (from build.toml's eagle3 mode) is always added, and so is
-# upstream's suggestion for Kimi K2.5 (steps 3, top-k 1, draft tokens 4).
+# Defaults of the sweep: the track's preset point (build.toml [tracks."X".presets.eagle3], where it sets one) is
+# always added, and so is upstream's suggestion for Kimi K2.5 (steps 3, top-k 1, draft tokens 4).
 DEFAULT_STEPS = (2, 3)
 DEFAULT_TOPK = (1, 4)
 DEFAULT_DRAFT = (8, 16)
@@ -44,18 +45,13 @@ class Point:
         return {**asdict(self), "label": self.label}
 
 
-def candidates(steps: int, topk: int) -> int:
-    """Draft-tree candidates SGLang chooses the draft tokens from (eagle_utils.organize_draft_results)."""
-    return topk + (steps - 1) * topk * topk
-
-
 def canonical(steps: int, topk: int, draft: int) -> Point | None:
     """The point SGLang would actually run for these settings, or None when it cannot run."""
     if steps < 1 or topk < 1 or draft < 2:
         return None
     if topk == 1:
         draft = steps + 1
-    if draft - 1 > candidates(steps, topk):
+    if draft > draft_tree_most(steps, topk):
         return None
     return Point(steps, topk, draft)
 

@@ -22,15 +22,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .. import image_ref
+from .. import image_plan, image_ref
 from ..bench import client, grid, report, runner
 from ..bench import prompts as prompts_mod
 from ..bench.results import BASELINE, LOCK_NAME, Label, Results, SaveFailed, open_results, writer_lock
 from ..cli import add_config_args, integer, non_negative_int, positive_float, positive_int
-from ..config import suggest
-from ..errors import CheckFailed, UsageError
+from ..errors import CheckFailed, UsageError, suggest
 from ..plan_types import Plan
-from .plan import load_plan
+from .plan import plan_from_args
 
 METRICS = {"decode": "decode_tok_s", "e2e": "e2e_tok_s"}
 
@@ -203,6 +202,15 @@ def _settings(args: argparse.Namespace, prompt_set: prompts_mod.PromptSet) -> di
     }
 
 
+def read_image_plan(image: str) -> Plan:
+    """What `--image` serves, from the image itself (its plan.json: modes, port, cache directory, tag)."""
+    from ..bench import docker_runner
+
+    engine = docker_runner.connect()
+    docker_runner.check_image(engine, image)
+    return image_plan.read(engine, image)
+
+
 def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as held:  # the --out lock and the SIGTERM handler, released however it ends
         held.enter_context(_sigterm_as_interrupt())
@@ -210,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
-    plan = load_plan(args)
+    # --endpoint has no image: build.toml's plan gives the port to default to. --image: the image's own plan.
+    plan = plan_from_args(args)
     if args.image is not None:
         image_ref.check_reference(args.image, "--image", allow_id=True)
     if args.endpoint is not None:
@@ -246,7 +255,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
 
     image_job = None
     if args.image is not None:
-        image_job = _ImageJob(args, plan)
+        image_job = _ImageJob(args, read_image_plan(args.image))
         labels = image_job.labels
 
     created = not out_dir.exists()
@@ -423,12 +432,11 @@ class _ImageJob:
         self.cache_volume = args.cache_volume or f"{plan.tags[0].split(':')[0].rsplit('/', 1)[-1]}-cache"
         self.grid_points: list[grid.Point] = []
         if args.spec_grid:
-            spec_modes = [m for m in self.modes if modes_known[m].spec_num_steps is not None]
+            spec_modes = [m for m in self.modes if modes_known[m].draft]
             if not spec_modes:
                 raise UsageError("--spec-grid sweeps EAGLE-3 settings: add eagle3 to --modes")
             self.spec_mode = spec_modes[0]
-            ref = modes_known[self.spec_mode]
-            reference = (ref.spec_num_steps, ref.spec_eagle_topk, ref.spec_num_draft_tokens)
+            reference = modes_known[self.spec_mode].draft_tree  # None where the track leaves it to SGLang
             self.grid_points = grid.points(
                 grid.parse_list(args.grid_steps, "--grid-steps"),
                 grid.parse_list(args.grid_topk, "--grid-topk"),

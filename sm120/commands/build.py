@@ -1,4 +1,9 @@
-"""`build.py build`: the image, with BuildKit, from the resolved plan."""
+"""`build.py build`: the image, with BuildKit, from the plan resolved here, once.
+
+The plan's image-facing outputs (plan.json, the SGLang patch series) are staged in the build context
+(sm120/build_context.py) and the Dockerfile copies them: the image build itself resolves nothing. The build context
+is this checkout (its Dockerfile and sources), whichever build.toml `--config` names.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,14 @@ import argparse
 import dataclasses
 import shlex
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-from .. import bases, build_args, buildx, image_ref
+from .. import bases, build_args, build_context, buildx, image_ref
 from .. import config as cfg
 from .. import plan as planmod
-from ..cli import add_config_args, positive_int
+from ..cli import add_config_args, add_machine_args
 from ..errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -22,7 +28,7 @@ WHEELHOUSE = ROOT / ".wheelhouse"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build", help="build the image (BuildKit)", description=__doc__)
     add_config_args(p)
-    p.add_argument("--max-jobs", type=positive_int, metavar="N", help="override the derived compile parallelism")
+    add_machine_args(p)
     p.add_argument("--tag", action="append", default=[], metavar="TAG", help="an extra tag (repeatable)")
     p.add_argument("--registry", metavar="PREFIX", help="prefix the plan's tags, e.g. ghcr.io/OWNER")
     pushing = p.add_mutually_exclusive_group()
@@ -105,16 +111,24 @@ def run(args: argparse.Namespace) -> int:
     if args.push_by_digest and args.tag:
         raise UsageError("--push-by-digest pushes no tag: tag the verified digest with docker buildx imagetools create")
     config = cfg.load(args.config)
-    check_arguments(args, config.root / "Dockerfile")
-    plan = planmod.resolve(config, profile=args.profile, sglang=args.sglang, max_jobs=args.max_jobs)
+    check_arguments(args, ROOT / "Dockerfile")
+    plan = planmod.load_plan(
+        config,
+        profile=args.profile,
+        sglang=args.sglang,
+        max_jobs=args.max_jobs,
+        cpus=args.cpus,
+        memory_gib=args.memory_gib,
+    )
+    staged = build_context.stage(config, plan, ROOT)
     with tempfile.TemporaryDirectory(prefix="sm120-build-") as scratch:
-        return _run(args, config, plan, build_jobs_file(plan, Path(scratch)))
+        return _run(args, config, plan, build_jobs_file(plan, Path(scratch)), staged)
 
 
-def _run(args: argparse.Namespace, config: cfg.Config, plan: planmod.Plan, jobs: Path) -> int:
+def _run(args: argparse.Namespace, config: cfg.Config, plan: planmod.Plan, jobs: Path, staged: Path) -> int:
     request = buildx.BuildRequest(
-        context=config.root,
-        dockerfile=config.root / "Dockerfile",
+        context=ROOT,
+        dockerfile=ROOT / "Dockerfile",
         tags=tags_for(plan, args.registry, args.tag),
         target=args.target,
         build_args=plan.build_args,
@@ -130,6 +144,7 @@ def _run(args: argparse.Namespace, config: cfg.Config, plan: planmod.Plan, jobs:
         extra_secrets={"build_jobs": jobs},
     )
     if args.print_only:
+        print(f"# the plan for the build: {staged / 'plan.json'}", file=sys.stderr)
         print(shlex.join(buildx.command(request)))
         return 0
     wheels = _wheels(args.wheelhouse)

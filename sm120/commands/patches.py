@@ -20,7 +20,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from .. import config as cfg
-from .. import patching, pypi
+from .. import patch_engine, patching, pypi
 from ..cli import add_config_args
 from ..config import Config, Patch
 from ..errors import CheckFailed, UsageError
@@ -82,30 +82,14 @@ def patches_for(config: Config, version: str) -> tuple[list[tuple[str, Patch]], 
     return [(name, config.patches[name]) for name in names], note
 
 
-def _line(version: str, result: patching.Result) -> str:
-    text = f"{result.patch}: {result.status}"
-    if result.status is patching.Status.CONFLICT:
-        return f"sglang {version}: {text}: {result.detail} [{result.variant}]"
-    if result.status is patching.Status.APPLIED:
-        return f"{text} ({result.variant})"
-    if result.detail:
-        return f"{text} ({result.detail})"
-    return text
-
-
 def _report(version: str, results: Sequence[patching.Result], *, verb: str, quiet: bool = False) -> int:
     """Print one line per patch (with `quiet`, only when something conflicts); CheckFailed on a conflict."""
-    bad = patching.conflicts(results)
-    if bad or not quiet:
+    failed = patch_engine.conflict_message(version, results, verb)
+    if failed or not quiet:
         for result in results:
-            print(_line(version, result))
-    if bad:
-        first = bad[0]
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise CheckFailed(
-            f"sglang {version}: patch {first.patch} conflicts: {first.detail} [{first.variant}]{more}; "
-            f"{verb} nothing. Write a variant for this release range (patches/sglang/{first.patch}/)"
-        )
+            print(patch_engine.line(version, result))
+    if failed:
+        raise CheckFailed(failed)
     return 0
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .errors import Log, UsageError, show
 from .options import EXTRA, USER, Command, Item, group
-from .spec import EntrypointSpec
+from .spec import EntrypointSpec, draft_tree_most
 
 DEFAULT_HOST = "0.0.0.0"  # SGLang's own default (127.0.0.1) cannot be reached from outside the container
 SPEC_ALGORITHMS_WITH_TREE = ("EAGLE", "EAGLE3")
@@ -33,12 +33,12 @@ VARIABLES = [
     Variable("TP_SIZE", "--tp-size", "tensor-parallel size: the number of GPUs (default: SGLang's, 1)"),
     Variable("HOST", "--host", f"address to listen on (default {DEFAULT_HOST})"),
     Variable("PORT", "--port", "port to listen on (default: the image's, {port})"),
-    Variable("SPEC_NUM_STEPS", "--speculative-num-steps", "eagle3: draft steps (default {spec_num_steps})"),
-    Variable("SPEC_EAGLE_TOPK", "--speculative-eagle-topk", "eagle3: branches per step (default {spec_eagle_topk})"),
+    Variable("SPEC_NUM_STEPS", "--speculative-num-steps", "eagle3: draft steps (default: {spec_num_steps})"),
+    Variable("SPEC_EAGLE_TOPK", "--speculative-eagle-topk", "eagle3: branches per step (default: {spec_eagle_topk})"),
     Variable(
         "SPEC_NUM_DRAFT_TOKENS",
         "--speculative-num-draft-tokens",
-        "eagle3: tokens verified per step (default {spec_num_draft_tokens})",
+        "eagle3: tokens verified per step (default: {spec_num_draft_tokens})",
     ),
     Variable("NNODES", "--nnodes", "several machines: the number of nodes (default 1)"),
     Variable("NODE_RANK", "--node-rank", "several machines: this node's rank, 0 .. NNODES-1"),
@@ -278,8 +278,26 @@ def effective(cmd: Command, spec: EntrypointSpec, mode_name: str, log: Log) -> E
     return Effective(tp, pp, nnodes, node_rank, speculative, model, draft)
 
 
+TREE_OPTIONS = {
+    "--speculative-num-steps": "SPEC_NUM_STEPS",
+    "--speculative-eagle-topk": "SPEC_EAGLE_TOPK",
+    "--speculative-num-draft-tokens": "SPEC_NUM_DRAFT_TOKENS",
+}
+
+
 def _check_tree(cmd: Command, ints: dict[str, int], log: Log) -> None:
-    """EAGLE's draft tree holds top-k + (steps - 1) * top-k^2 candidates; SGLang picks draft tokens - 1 of them."""
+    """The draft tree is given whole or not at all (SGLang chooses it only when --speculative-num-steps is unset, and
+    then asserts that top-k and draft tokens are unset too; a tree with steps and no top-k fails later). EAGLE's tree
+    holds top-k + (steps - 1) * top-k^2 candidates; SGLang picks draft tokens - 1 of them."""
+    given = [cmd.last(option) for option in TREE_OPTIONS if cmd.last(option) is not None]
+    if given and len(given) < len(TREE_OPTIONS):
+        missing = [var for option, var in TREE_OPTIONS.items() if cmd.last(option) is None]
+        raise UsageError(
+            f"{given[0].label()} sets part of the EAGLE-3 draft tree; {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not set",
+            "set all three (SPEC_NUM_STEPS, SPEC_EAGLE_TOPK, SPEC_NUM_DRAFT_TOKENS), or none to leave the tree to "
+            "SGLang (it takes all three or none)",
+        )
     steps = ints.get("--speculative-num-steps")
     topk = ints.get("--speculative-eagle-topk")
     tokens = ints.get("--speculative-num-draft-tokens")
@@ -289,7 +307,7 @@ def _check_tree(cmd: Command, ints: dict[str, int], log: Log) -> None:
         if tokens != steps + 1:
             log.note(f"top-k 1: SGLang sets the draft tokens to steps + 1 = {steps + 1} (not {tokens})")
         return
-    most = 1 + topk + (steps - 1) * topk * topk
+    most = draft_tree_most(steps, topk)
     if tokens > most:
         item = cmd.last("--speculative-num-draft-tokens")
         raise UsageError(

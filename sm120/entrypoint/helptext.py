@@ -40,8 +40,10 @@ def _mode_line(spec: EntrypointSpec, name: str) -> str:
     ):
         if mode.draft and getattr(mode, key) is not None:
             preset += [option, str(getattr(mode, key))]
-    default = " (default)" if name == "baseline" else ""
+    default = " (default)" if name == spec.default_mode else ""
     text = f"{mode.summary}{default}" + (f": {' '.join(preset)}" if preset else "")
+    if mode.draft:
+        text += f". Draft tree: {mode.describe_draft_tree()}"
     return _wrapped(f"  {name:<10} ", text)
 
 
@@ -66,11 +68,9 @@ def render(spec: EntrypointSpec | None, plan_error: UsageError | None) -> str:
         eagle = next((m for m in spec.modes.values() if m.draft), None)
         fmt = {"port": spec.port}
         if eagle is not None:
-            fmt.update(
-                spec_num_steps=eagle.spec_num_steps,
-                spec_eagle_topk=eagle.spec_eagle_topk,
-                spec_num_draft_tokens=eagle.spec_num_draft_tokens,
-            )
+            for key in ("spec_num_steps", "spec_eagle_topk", "spec_num_draft_tokens"):
+                value = getattr(eagle, key)
+                fmt[key] = value if value is not None else "SGLang's choice; all three or none"
     out.append("environment variables (each checked; an empty value counts as unset):")
     for var in VARIABLES:
         try:

@@ -1,7 +1,7 @@
 """The entrypoint's own command line: `[MODE] [--dry-run] [--help] [-- SGLANG-OPTIONS]`, or `PROGRAM [ARGS...]`.
 
-No argument means `baseline` (the image's CMD). A first argument that is neither a mode nor an option but a
-program on PATH (`bash`, `python3`) is run as it is, as users of official images expect.
+No argument means the default mode (build.toml [defaults] mode, the image's CMD). A first argument that is neither
+a mode nor an option but a program on PATH (`bash`, `python3`) is run as it is, as users of official images expect.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 
 from .errors import UsageError, show, suggest
 
-DEFAULT_MODE = "baseline"
 OPTIONS = ("--dry-run", "--help", "-h")
 
 
 @dataclass
 class Invocation:
-    mode: str = DEFAULT_MODE
+    mode: str
     dry_run: bool = False
     help: bool = False
     sglang_args: list[str] = field(default_factory=list)  # everything after `--`, passed as it is
@@ -29,8 +28,8 @@ def program_on_path(name: str, environ: Mapping[str, str]) -> str | None:
     return shutil.which(name, path=environ.get("PATH"))
 
 
-def parse(argv: list[str], modes: Collection[str], environ: Mapping[str, str]) -> Invocation:
-    request = Invocation()
+def parse(argv: list[str], modes: Collection[str], environ: Mapping[str, str], default_mode: str) -> Invocation:
+    request = Invocation(default_mode)
     if argv and not argv[0].startswith("-") and argv[0] not in modes:
         if program_on_path(argv[0], environ):
             request.program = list(argv)
@@ -52,7 +51,7 @@ def parse(argv: list[str], modes: Collection[str], environ: Mapping[str, str]) -
             raise UsageError(
                 f"unknown entrypoint option {show(token)} (options: --dry-run, --help)"
                 f"{suggest(token, ('--dry-run', '--help'))}",
-                f"SGLang options go after --, e.g. `{request.mode if mode_given else DEFAULT_MODE} -- {token} ...`",
+                f"SGLang options go after --, e.g. `{request.mode} -- {token} ...`",
             )
         elif not mode_given and token in modes:
             request.mode, mode_given = token, True

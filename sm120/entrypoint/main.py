@@ -24,10 +24,13 @@ from . import (
     sglang_source,
 )
 from .errors import ImageError, Log, UsageError
+from .spec import EntrypointSpec, ModeSpec
 
 # What an EAGLE-3 target must have (speculative/eagle_worker.py, model_executor/model_runner.py).
 EAGLE3_TARGET_HOOKS = ("get_embed_and_head", "set_eagle3_layers_to_capture")
-FALLBACK_MODES = ("baseline", "eagle3")  # for telling a mode from a program when the presets are unreadable
+# For telling a mode from a program when the image's plan is unreadable (the first: the default); otherwise the modes
+# and the default mode are the plan's (build.toml [modes] and [defaults] mode).
+FALLBACK_MODES = ("baseline", "eagle3")
 
 
 def _sglang(cmd_argv: list[str]) -> list[str]:
@@ -45,6 +48,16 @@ def quote(word: str) -> str:
         for c in word
     )
     return f"$'{escaped}'"
+
+
+def _draft_tree(cmd: options.Command, mode: ModeSpec, mode_name: str) -> str:
+    """Which EAGLE-3 draft tree the command runs, and why (the --dry-run comment)."""
+    items = [cmd.last(option) for option in assemble.TREE_OPTIONS]
+    chosen = [item for item in items if item is not None]
+    if chosen and not all(item.source == f"preset {mode_name}" for item in chosen):
+        values = ", ".join(f"{item.option.removeprefix('--speculative-')} {item.value}" for item in chosen)
+        return f"{values} (set by {', '.join(sorted({item.source for item in chosen}))})"
+    return " ".join(mode.describe_draft_tree().split())
 
 
 def _shell_line(argv: list[str], env: Mapping[str, str]) -> str:
@@ -68,6 +81,7 @@ def _check_quantization(target: models.Model, installed: sglang_source.Installed
 def _check_models(
     effective: assemble.Effective,
     installed: sglang_source.InstalledSGLang | None,
+    spec: EntrypointSpec,
     log: Log,
     attn_tp: int | None = None,
     user_quantization: bool = False,
@@ -92,6 +106,14 @@ def _check_models(
     version = installed.version or "here"
     if arch is not None and not installed.registered(arch):
         known = ", ".join(installed.registered_like(models.EAGLE3_MARK)) or "none"
+        elsewhere = spec.drafters.get(arch)
+        if elsewhere is not None and elsewhere.tracks:
+            raise UsageError(
+                f"{draft.label}: SGLang {version} has no drafter class {arch} ({elsewhere.kind}; SGLang has it "
+                f"from {elsewhere.since})",
+                f"use the image of track {', '.join(elsewhere.tracks)} ({', '.join(elsewhere.images)}); "
+                f"this image's EAGLE-3 drafters: {known}",
+            )
         raise UsageError(
             f"{draft.label}: SGLang {version} has no drafter class {arch}",
             f"its EAGLE-3 drafters: {known}",
@@ -139,7 +161,9 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
     except UsageError as exc:
         loaded, plan_error = None, exc
     spec = loaded.spec if loaded else None
-    request = invocation.parse(argv, spec.modes if spec else FALLBACK_MODES, environ)
+    request = invocation.parse(
+        argv, spec.modes if spec else FALLBACK_MODES, environ, spec.default_mode if spec else FALLBACK_MODES[0]
+    )
     if request.program is not None:
         try:
             os.execvpe(request.program[0], request.program, dict(environ))
@@ -175,7 +199,7 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
     if installed is not None and installed.version and installed.version != spec.sglang_version:
         log.warn(f"the installed SGLang is {installed.version}, the presets are for {spec.sglang_version}")
     attn_tp = None if cmd.has("--enable-dp-attention") else effective.tp  # DP attention splits the heads otherwise
-    target = _check_models(effective, installed, log, attn_tp, cmd.has("--quantization"))
+    target = _check_models(effective, installed, spec, log, attn_tp, cmd.has("--quantization"))
     rules.apply(spec, cmd, effective, models.quantization(target), target.path is not None, installed, environ, log)
     rules.left_out(spec, cmd, log)
     if not request.dry_run:  # the machine's checks are cheap: before SGLang's parser, which takes seconds to import
@@ -199,6 +223,8 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         log.flush(sys.stderr)
         print(f"# mode {request.mode}: SGLang {spec.sglang_version} presets from {loaded.source}")
         print(f"# {outcome.summary}")
+        if mode.draft:
+            print(f"# draft tree: {_draft_tree(cmd, mode, request.mode)}")
         print("# not run by --dry-run: the GPU, /dev/shm and JIT-cache checks")
         print(_shell_line(final, cmd.env))
         return 0

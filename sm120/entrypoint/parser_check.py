@@ -7,7 +7,6 @@ option or a bad value is exit 2, naming where it came from; no SGLang here is a 
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import subprocess
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import Log, UsageError
+from .errors import Log, UsageError, suggest
 from .options import Command, canonical
 
 SCRIPT = Path(__file__).with_name("_parse_in_sglang.py")
@@ -46,9 +45,8 @@ def _unknown_hint(error: str, known: list[str]) -> str | None:
     match = re.search(r"unrecognized arguments: (\S+)", error)
     if not match or not known:
         return None
-    name = match.group(1).split("=", 1)[0]
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    return f"perhaps you meant {close[0]}" if close else None
+    hint = suggest(match.group(1).split("=", 1)[0], known)
+    return hint.removeprefix("; ") or None
 
 
 def check(cmd: Command, found: bool, environ: Mapping[str, str], log: Log, relied_on: Collection[str] = ()) -> Outcome:

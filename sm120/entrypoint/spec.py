@@ -41,9 +41,17 @@ class SpecError(ValueError):
     """plan.json does not hold an entrypoint spec; the message names the key."""
 
 
+def draft_tree_most(steps: int, topk: int) -> int:
+    """The most draft tokens an EAGLE draft tree of `steps` and `topk` can verify: its top-k + (steps - 1) * top-k^2
+    candidates plus the root (SGLang picks draft tokens - 1 candidates with torch.topk, speculative/eagle_utils.py).
+    The one statement of the bound: build.toml's presets, the entrypoint and bench's --spec-grid use it."""
+    return 1 + topk + (steps - 1) * topk * topk
+
+
 @dataclass(frozen=True)
 class ModeSpec:
-    """A serving mode (build.toml [modes.NAME]); fields as in sm120.config.Mode, in its order."""
+    """A serving mode of this track: build.toml [modes.NAME] (summary, args, draft) with the track's
+    [tracks."X".presets.NAME] (the draft tree and why; all three numbers None: SGLang chooses the tree)."""
 
     summary: str
     args: list[str]
@@ -51,12 +59,34 @@ class ModeSpec:
     spec_num_steps: int | None
     spec_eagle_topk: int | None
     spec_num_draft_tokens: int | None
+    draft_tree_reason: str | None  # where the draft tree comes from (None: not a draft mode)
 
     def __post_init__(self) -> None:
-        for name in ("spec_num_steps", "spec_eagle_topk", "spec_num_draft_tokens"):
-            value = getattr(self, name)
+        numbers = (self.spec_num_steps, self.spec_eagle_topk, self.spec_num_draft_tokens)
+        for name, value in zip(("spec_num_steps", "spec_eagle_topk", "spec_num_draft_tokens"), numbers, strict=True):
             if value is not None and value < 1:
                 raise SpecError(f".{name} is {value!r}, not an integer >= 1")
+        if any(v is not None for v in numbers) and not all(v is not None for v in numbers):
+            raise SpecError(".spec_num_steps, .spec_eagle_topk and .spec_num_draft_tokens are all set or all null")
+        if self.draft and not self.draft_tree_reason:
+            raise SpecError(".draft_tree_reason is missing for a draft mode")
+
+    @property
+    def draft_tree(self) -> tuple[int, int, int] | None:
+        """(steps, top-k, draft tokens) of the presets, or None: SGLang chooses the tree."""
+        if self.spec_num_steps is None or self.spec_eagle_topk is None or self.spec_num_draft_tokens is None:
+            return None
+        return self.spec_num_steps, self.spec_eagle_topk, self.spec_num_draft_tokens
+
+    def describe_draft_tree(self) -> str:
+        """One line for --help and --dry-run: which draft tree applies and why."""
+        tree = self.draft_tree
+        what = (
+            f"steps {tree[0]}, top-k {tree[1]}, draft tokens {tree[2]}"
+            if tree is not None
+            else "SGLang's own choice (no --speculative-num-steps/-eagle-topk/-num-draft-tokens given)"
+        )
+        return f"{what}: {self.draft_tree_reason}"
 
 
 @dataclass(frozen=True)
@@ -99,6 +129,17 @@ class LeftOutSpec:
 
 
 @dataclass(frozen=True)
+class DrafterElsewhere:
+    """An EAGLE-3 drafter class (build.toml [eagle3_drafters]) and the tracks whose SGLang has it: the entrypoint
+    names them when the installed SGLang lacks the class."""
+
+    kind: str
+    since: str  # the first SGLang release with it
+    tracks: list[str]  # build.toml's tracks from `since` on
+    images: list[str]  # their image tags in this profile
+
+
+@dataclass(frozen=True)
 class EntrypointSpec:
     """What the image's entrypoint reads from plan.json (its `entrypoint` key)."""
 
@@ -106,13 +147,17 @@ class EntrypointSpec:
     cuda_archs: list[str]
     port: int
     cache_dir: str
+    default_mode: str  # what `docker run IMAGE` runs (build.toml [defaults] mode, the Dockerfile's CMD)
     modes: dict[str, ModeSpec]
     runtime: list[RuntimeRuleSpec]
     left_out: list[LeftOutSpec]
+    drafters: dict[str, DrafterElsewhere]
 
     def __post_init__(self) -> None:
         if not self.modes:
             raise SpecError(".modes is empty")
+        if self.default_mode not in self.modes:
+            raise SpecError(f".default_mode {self.default_mode!r} is not one of .modes")
 
 
 T = TypeVar("T")

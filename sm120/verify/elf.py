@@ -241,11 +241,3 @@ def classify(unresolved_by_file: dict[str, list[str]], elf_files: Iterable[str],
                 else:
                     result.broken.setdefault(path, []).append(name)
     return result
-
-
-def split_driver(missing: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(driver libraries, anything else) among unresolved sonames."""
-    driver, other = [], []
-    for name in missing:
-        (driver if DRIVER_LIBRARY.match(name) else other).append(name)
-    return driver, other

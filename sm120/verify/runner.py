@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .. import labels
+from .. import image_plan, labels
 from ..errors import CheckFailed, UsageError
 from . import docker_env, report
 
@@ -43,6 +43,7 @@ def preflight(tag: str) -> tuple[Any, docker_env.ImageInfo]:
         labels.parse(info.labels)
     except labels.LabelError as exc:
         raise UsageError(f"{tag}: {exc}") from None
+    image_plan.read(engine, tag)  # the plan the checks read: an image without one exits 2 here
     if not SUITE.is_dir():
         raise UsageError(f"the image suite {SUITE} is missing: reinstall build.py with its sm120 package")
     return engine, info

@@ -81,11 +81,3 @@ def install(names: Iterable[str] = DEFAULT_STUBBED) -> StubFinder:
             del sys.modules[name]
     sys.meta_path.insert(0, finder)
     return finder
-
-
-def uninstall(finder: StubFinder) -> None:
-    if finder in sys.meta_path:
-        sys.meta_path.remove(finder)
-    for name in list(sys.modules):
-        if finder._covers(name):
-            del sys.modules[name]

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import Sm120Trap
-from ..config import load as load_config
 from ..entrypoint.models import EAGLE3_MARK as EAGLE3_MARK
 
 # Architectures the project supports (README: Kimi-K2.5, the DeepSeek-V3 family); the EAGLE-3 drafters are
@@ -46,6 +45,7 @@ DECISION_ROWS: tuple[tuple[str, str], ...] = (
     ("attention backend", "attention_backend"),
     ("prefill / decode attention", "prefill_decode_attention"),
     ("draft attention backend", "speculative_draft_attention_backend"),
+    ("draft model (attention)", "draft_model"),
     ("vision attention backend", "mm_attention_backend"),
     ("MoE runner (server args)", "moe_runner_backend"),
     ("MoE runner (scheduler)", "moe_runner"),
@@ -63,6 +63,7 @@ DECISION_ROWS: tuple[tuple[str, str], ...] = (
     ("custom all-reduce disabled", "disable_custom_all_reduce"),
     ("FlashInfer all-reduce fusion", "enable_flashinfer_allreduce_fusion"),
     ("speculative (steps/topk/draft)", "speculative"),
+    ("overlap scheduling", "overlap_schedule"),
 )
 
 
@@ -227,11 +228,52 @@ def eagle3_drafter(target_text: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {"config.json": config}
 
 
+def eagle3_mla_drafter(target_text: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A one-layer MLA EAGLE-3 drafter (Eagle3DeepseekV2ForCausalLM, SGLang >= 0.5.12; e.g. lightseekorg's
+    kimi-k2.5-eagle3-mla): the fields srt/models/kimi_k25_eagle3.py and SGLang's model config read for it (MLA:
+    kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim), the target's attention shape, hidden
+    size and vocab. Written from SGLang's reader, not copied from a published checkpoint (none is reachable here)."""
+    layers = int(target_text["num_hidden_layers"])
+    keys = (
+        "hidden_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "kv_lora_rank",
+        "q_lora_rank",
+        "qk_nope_head_dim",
+        "qk_rope_head_dim",
+        "v_head_dim",
+        "max_position_embeddings",
+        "rope_theta",
+        "rope_scaling",
+        "rms_norm_eps",
+        "vocab_size",
+    )
+    config = {key: target_text[key] for key in keys}
+    config.update(
+        architectures=["Eagle3DeepseekV2ForCausalLM"],
+        model_type="deepseek_v3",
+        intermediate_size=18432,
+        hidden_act="silu",
+        num_hidden_layers=1,
+        draft_vocab_size=32000,
+        tie_word_embeddings=False,
+        torch_dtype="bfloat16",
+        eagle_config={
+            "eagle_aux_hidden_state_layer_ids": [1, layers // 2 - 1, layers - 4],
+            "use_aux_hidden_state": True,
+        },
+    )
+    return {"config.json": config}
+
+
 @dataclass(frozen=True)
 class Family:
     key: str
     title: str
     target: dict[str, dict[str, Any]]
+    drafter: Callable[[Mapping[str, Any]], dict[str, dict[str, Any]]] = eagle3_drafter
+    draft_only: bool = False  # only the draft modes (its baseline is another family's: the same target)
 
     @property
     def text(self) -> Mapping[str, Any]:
@@ -240,14 +282,30 @@ class Family:
 
     @property
     def draft(self) -> dict[str, dict[str, Any]]:
-        return eagle3_drafter(self.text)
+        return self.drafter(self.text)
+
+    @property
+    def draft_class(self) -> str:
+        return self.draft["config.json"]["architectures"][0]
 
 
 FAMILIES = (
     Family("kimi-k25-nvfp4", "Kimi-K2.5 NVFP4", kimi_k25_nvfp4()),
     Family("deepseek-v3", "DeepSeek-V3", deepseek_v3()),
+    # Upstream's Kimi-K2.5 recipe drafts with an MLA drafter (sgl-project/sglang PR #27714); the published
+    # sm_120 EAGLE-3 gains (Kimi-K2.6, 8x RTX PRO 6000) use that kind. Tracks whose SGLang lacks the class refuse it.
+    Family("kimi-k25-nvfp4-mla", "Kimi-K2.5 NVFP4, MLA drafter", kimi_k25_nvfp4(), eagle3_mla_drafter, True),
 )
-MODES = tuple(load_config().modes)  # build.toml [modes]
+
+
+def cases(modes: Mapping[str, bool]) -> list[str]:
+    """Every family/mode case for an image's modes (name -> needs a drafter): a draft-only family in its draft modes."""
+    return [f"{f.key}/{m}" for f in FAMILIES for m, draft in modes.items() if draft or not f.draft_only]
+
+
+def family(case: str) -> Family:
+    key = case.split("/", 1)[0]
+    return next(f for f in FAMILIES if f.key == key)
 
 
 def model_files(root: str) -> dict[str, str]:
@@ -295,7 +353,7 @@ def decisions(case: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in (case.get("runners") or {}).items():
         if key == "load_error":
             out["quant_config"] = f"refused: {value.get('type')}"
-        elif key != "error":
+        elif key not in ("error", "draft_model"):
             out[key] = value
     for key, value in (case.get("deep_gemm") or {}).items():
         out[f"deep_gemm.{key}"] = value
@@ -310,6 +368,12 @@ def decisions(case: Mapping[str, Any]) -> dict[str, Any]:
             settings.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
         )
         out["speculative"] = f"{settings['speculative_algorithm']} {steps}/{topk}/{tokens}"
+        draft = (case.get("runners") or {}).get("draft_model")
+        if isinstance(draft, dict) and "attention_arch" in draft:
+            out["draft_model"] = f"{draft.get('architecture')} ({draft['attention_arch']})"
+            out["draft_attention"] = draft["attention_arch"]
+    if "disable_overlap_schedule" in settings:
+        out["overlap_schedule"] = "off" if settings["disable_overlap_schedule"] else "on"
     graphs = settings.get("cuda_graph_config")
     if isinstance(graphs, dict):  # 0.5.2x: one record per phase (backend full/breakable/disabled, max_bs, bs)
         out["cuda_graph"] = "; ".join(_graph_phase(name, graphs.get(name) or {}) for name in ("decode", "prefill"))
@@ -351,7 +415,7 @@ def trap_hits(traps: Iterable[Sm120Trap], version: str, cases: Mapping[str, Mapp
     hits = []
     for case_id, decided in cases.items():
         for trap in traps:
-            if trap.applies(version, decided.get("quantization")):
+            if trap.applies(version, decided.get("quantization"), decided.get("draft_attention")):
                 hits += [TrapHit(case_id, setting, value, trap) for setting, value in trap.hits(dict(decided))]
     return hits
 

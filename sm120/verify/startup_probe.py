@@ -470,6 +470,9 @@ def task_server_args(job: dict[str, Any]) -> dict[str, Any]:
             except BaseException as exc:  # refused after deciding: the decisions are still reported
                 rec["error"] = failure(exc)
             rec["runners"] = runners(server_args)
+            draft = rec["settings"].get("speculative_draft_model_path")
+            if draft:
+                rec["runners"]["draft_model"] = draft_model(server_args, draft)
         rec["boundaries"] = BOUNDARIES[before:]
         out["cases"][case["id"]] = rec
     out["deep_gemm"] = _deep_gemm()
@@ -528,6 +531,25 @@ def runners(server_args: Any) -> dict[str, Any]:
         except BaseException as exc:
             out[key] = f"? ({type(exc).__name__}: {exc})"[:200]
     return out
+
+
+def draft_model(server_args: Any, path: str) -> dict[str, Any]:
+    """The EAGLE-3 draft's model config as the draft worker builds it (ModelConfig.from_server_args with
+    is_draft_model, SGLang's own code on the draft's config.json): its class and attention kind (MLA or MHA)."""
+    try:
+        from sglang.srt.configs.model_config import ModelConfig
+
+        config = ModelConfig.from_server_args(server_args, model_path=path, is_draft_model=True)
+    except BaseException as exc:
+        return {"error": failure(exc)}
+    archs = getattr(config.hf_config, "architectures", None) or ["?"]
+    arch = getattr(config, "attention_arch", None)
+    return {
+        "architecture": archs[0],
+        "attention_arch": getattr(arch, "name", str(arch)),
+        "head_dim": getattr(config, "head_dim", None),
+        "kv_lora_rank": getattr(config, "kv_lora_rank", None),
+    }
 
 
 def _deep_gemm() -> dict[str, Any]:

@@ -306,18 +306,21 @@ def test_grid_follows_sglangs_rules():
     # steps 2, top-k 4: 4 + 16 = 20 candidates, so at most 21 draft tokens.
     assert grid.canonical(2, 4, 21) == grid.Point(2, 4, 21)
     assert grid.canonical(2, 4, 22) is None
-    assert grid.candidates(1, 8) == 8
+    assert grid.canonical(1, 8, 9) == grid.Point(1, 8, 9) and grid.canonical(1, 8, 10) is None
     points = grid.points((2,), (1, 4), (8, 16), reference=(2, 4, 16))
     assert points == [grid.Point(2, 1, 3), grid.Point(2, 4, 8), grid.Point(2, 4, 16), grid.Point(3, 1, 4)]
     assert grid.Point(2, 4, 16).env() == {"SPEC_NUM_STEPS": "2", "SPEC_EAGLE_TOPK": "4", "SPEC_NUM_DRAFT_TOKENS": "16"}
 
 
 def test_grid_includes_the_reference_from_build_toml():
-    ref = PLAN.entrypoint.modes["eagle3"]
-    reference = (ref.spec_num_steps, ref.spec_eagle_topk, ref.spec_num_draft_tokens)
+    reference = planmod.resolve(cfg.load(), sglang="0.5.9").entrypoint.modes["eagle3"].draft_tree
+    assert reference is not None  # the reference track sets its tree
     points = grid.points(grid.DEFAULT_STEPS, grid.DEFAULT_TOPK, grid.DEFAULT_DRAFT, reference)
     assert grid.canonical(*reference) in points
     assert grid.Point(*grid.UPSTREAM_SUGGESTION) in points
+    # A track that leaves the tree to SGLang adds no reference point of its own.
+    assert planmod.resolve(cfg.load(), sglang="0.5.23").entrypoint.modes["eagle3"].draft_tree is None
+    assert grid.points((2,), (4,), (8,), None) == [grid.Point(2, 4, 8), grid.Point(*grid.UPSTREAM_SUGGESTION)]
 
 
 def test_grid_list_errors():

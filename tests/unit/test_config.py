@@ -21,9 +21,13 @@ def test_real_build_toml_loads():
     assert config.defaults.sglang in config.tracks
     assert {"0.5.9", "0.5.23"} <= set(config.tracks)
     assert {"release", "offline"} <= set(config.profiles)
-    assert config.modes["eagle3"].spec_num_steps == 2
-    assert config.modes["eagle3"].spec_eagle_topk == 4
-    assert config.modes["eagle3"].spec_num_draft_tokens == 16
+    assert config.defaults.sglang == "0.5.23"  # the newest release is the default track
+    # The EAGLE-3 draft tree per track: 0.5.9 the reference run's 2/4/16, 0.5.23 SGLang's own choice.
+    reference = config.tracks["0.5.9"].presets["eagle3"]
+    assert (reference.spec_num_steps, reference.spec_eagle_topk, reference.spec_num_draft_tokens) == (2, 4, 16)
+    newest = config.tracks["0.5.23"].presets["eagle3"]
+    assert (newest.spec_num_steps, newest.spec_eagle_topk, newest.spec_num_draft_tokens) == (None, None, None)
+    assert "_auto_choose_speculative_params" in newest.reason
 
 
 def test_track_pins_match_findings():

@@ -24,30 +24,57 @@ CASES: list[tuple[str, str, str, list[str]]] = [
         "draft-above-bound",
         "spec_num_draft_tokens = 16",
         "spec_num_draft_tokens = 22",
-        ["modes.eagle3.spec_num_draft_tokens = 22", "allowed 2 to 21"],
+        ['tracks."0.5.9".presets.eagle3.spec_num_draft_tokens = 22', "allowed 2 to 21"],
     ),
     (
         "draft-below-2",
         "spec_num_draft_tokens = 16",
         "spec_num_draft_tokens = 1",
-        ["modes.eagle3.spec_num_draft_tokens = 1", "from 2"],
+        ['tracks."0.5.9".presets.eagle3.spec_num_draft_tokens = 1', "from 2"],
     ),
     (
         "steps-1-bound",
         "spec_num_steps = 2",
         "spec_num_steps = 1",
-        ["modes.eagle3.spec_num_draft_tokens = 16", "allowed 2 to 5"],
+        ['tracks."0.5.9".presets.eagle3.spec_num_draft_tokens = 16', "allowed 2 to 5"],
     ),
     ("topk-1-bound", "spec_eagle_topk = 4", "spec_eagle_topk = 1", ["allowed 2 to 3"]),
     (
         "spec-without-draft",
-        "[modes.baseline]\n",
-        "[modes.baseline]\nspec_num_steps = 2\n",
-        ["modes.baseline.spec_num_steps is set but draft = false"],
+        '[tracks."0.5.9".presets.eagle3]',
+        '[tracks."0.5.9".presets.baseline]',
+        ['tracks."0.5.9".presets.baseline: the mode has draft = false'],
+    ),
+    (
+        "spec-unknown-mode",
+        '[tracks."0.5.9".presets.eagle3]',
+        '[tracks."0.5.9".presets.eagle]',
+        ['tracks."0.5.9".presets.eagle: no such mode', "perhaps you meant 'eagle3'"],
+    ),
+    (
+        "spec-part-of-the-tree",
+        "spec_eagle_topk = 4\n",
+        "",
+        [
+            'tracks."0.5.9".presets.eagle3 sets spec_num_steps, spec_num_draft_tokens but not spec_eagle_topk',
+            "all three",
+        ],
+    ),
+    (
+        "spec-without-reason",
+        '[tracks."0.5.23".presets.eagle3]\nreason = ',
+        '[tracks."0.5.23".presets.eagle3]\nreasons = ',
+        ['unknown key tracks."0.5.23".presets.eagle3.reasons', "perhaps you meant 'reason'"],
     ),
     ("mode-name", "[modes.eagle3]", '[modes."-x"]', ["[modes.-x]: a mode name is"]),
     # the image's CMD
-    ("cmd-mode-missing", "[modes.baseline]", "[modes.plain]", ["[modes] has no 'baseline'", "CMD"]),
+    ("default-mode-missing", "[modes.baseline]", "[modes.plain]", ["defaults.mode = 'baseline' is not a mode"]),
+    (
+        "default-mode-not-the-cmd",
+        'mode = "baseline"',
+        'mode = "eagle3"',
+        ["defaults.mode = 'eagle3', but the image's CMD runs 'baseline'", "the same mode"],
+    ),
     # patches
     (
         "patch-twice",
@@ -84,8 +111,13 @@ CASES: list[tuple[str, str, str, list[str]]] = [
     ("port-bool", "port = 30000", "port = true", ["image.port = True", "strict"]),
     ("port-float", "port = 30000", "port = 30000.0", ["image.port = 30000.0"]),
     ("uid-exponent", "uid = 1000", "uid = 1e3", ["image.uid = 1000.0"]),
-    ("steps-string", "spec_num_steps = 2", 'spec_num_steps = "2"', ["modes.eagle3.spec_num_steps = '2'", "strict"]),
-    ("steps-bool", "spec_num_steps = 2", "spec_num_steps = true", ["modes.eagle3.spec_num_steps = True"]),
+    (
+        "steps-string",
+        "spec_num_steps = 2",
+        'spec_num_steps = "2"',
+        ["tracks.\"0.5.9\".presets.eagle3.spec_num_steps = '2'", "strict"],
+    ),
+    ("steps-bool", "spec_num_steps = 2", "spec_num_steps = true", ["presets.eagle3.spec_num_steps = True"]),
     ("cxx-string", "cxx_std = 17", 'cxx_std = "17"', ["cxx_std = '17'", "without quotes"]),
     (
         "fraction-string",
@@ -135,9 +167,9 @@ CASES: list[tuple[str, str, str, list[str]]] = [
     ),
     (
         "default-track-typo",
-        'sglang = "0.5.9" ',
-        'sglang = "0.5.99" ',
-        ["defaults.sglang = '0.5.99'", "perhaps you meant"],
+        'sglang = "0.5.23"',
+        'sglang = "0.5.24"',
+        ["defaults.sglang = '0.5.24'", "perhaps you meant '0.5.23'"],
     ),
 ]
 
@@ -174,7 +206,20 @@ def test_plan_refuses_a_bad_build_toml_with_exit_2(tmp_path):
     )
     proc = run_build_py("plan", "--config", str(path))
     assert proc.returncode == 2, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "modes.eagle3.spec_num_draft_tokens = 99" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert 'tracks."0.5.9".presets.eagle3.spec_num_draft_tokens = 99' in proc.stderr
+
+
+def test_every_draft_mode_needs_each_tracks_draft_tree(tmp_path):
+    def drop_presets(text: str) -> str:
+        start = text.index('[tracks."0.5.23".presets.eagle3]')
+        return text[:start] + text[text.index("[tracks.", start + 1) :]
+
+    with pytest.raises(UsageError) as info:
+        cfg.load(write_config(tmp_path, edit=drop_presets))
+    message = str(info.value)
+    assert "\n" not in message
+    assert 'tracks."0.5.23".presets.eagle3 is missing' in message and "SGLang's own choice" in message
 
 
 def test_the_image_cmd_mode_is_read_from_the_dockerfile():

@@ -33,7 +33,8 @@ def test_the_entrypoint_reads_what_the_plan_holds(version):
     assert presets == plan.entrypoint  # the same classes on both sides: read back, field for field
     assert presets.sglang_version == version and presets.cuda_archs == ["12.0"]
     eagle3 = presets.modes["eagle3"]
-    assert (eagle3.spec_num_steps, eagle3.spec_eagle_topk, eagle3.spec_num_draft_tokens) == (2, 4, 16)
+    # Each track's draft tree (build.toml [tracks."X".presets.eagle3]): 0.5.9 the reference run's, 0.5.23 SGLang's.
+    assert eagle3.draft_tree == {"0.5.9": (2, 4, 16), "0.5.23": None}[version] and eagle3.draft_tree_reason
     assert eagle3.args == ["--speculative-algorithm", "EAGLE3"] and eagle3.draft
     assert presets.modes["baseline"].args == [] and not presets.modes["baseline"].draft
 

@@ -111,7 +111,8 @@ def test_a_drafter_class_the_installed_sglang_lacks(setup, tmp_path):
 
 
 def test_a_target_without_eagle3_hooks_fails_in_seconds(setup, tmp_path):
-    # The reference run's crash (../shared/seeds): unpatched KimiK25 lacks the hooks; found here, not after a load.
+    # The reference run's crash (docs/reference-run.md): unpatched KimiK25 lacks the hooks; found here, not after a
+    # load.
     target = kimi_target(tmp_path / "kimi")
     proc = run_entrypoint(["eagle3", "--dry-run"], {**setup["env"], "MODEL_PATH": str(target)})
     assert proc.returncode == 2 and len(stderr_lines(proc)) == 3

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter
 
-from sm120 import build_args, labels
+from sm120 import build_args, exported, labels
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120 import resources as res
 from sm120.entrypoint.spec import PLAN_JSON_PATH
-from sm120.plan_types import Plan
+from sm120.plan_types import Plan, sm
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = cfg.load(ROOT / "build.toml")
@@ -46,7 +46,7 @@ def test_plan_json_decodes_to_the_same_typed_plan(profile: str, track: str):
 def test_labels_parse_back_to_the_plan(profile: str, track: str):
     plan = resolve(profile, track)
     expect = labels.parse(plan.labels, CONFIG.project.name)
-    sms = [labels.sm(a) for a in plan.cuda_archs]
+    sms = [sm(a) for a in plan.cuda_archs]
     assert (expect.profile, expect.sglang, expect.cuda, expect.cuda_archs) == (
         plan.profile,
         plan.sglang_version,
@@ -61,7 +61,7 @@ def test_labels_parse_back_to_the_plan(profile: str, track: str):
     )
     flash_attn = plan.flash_attn
     assert expect.flash_attn == flash_attn.version and expect.flash_attn_archs == sms
-    assert expect.flash_attn_kernels == labels.Kernels(
+    assert expect.flash_attn_kernels == exported.Kernels(
         sorted(flash_attn.head_dims), sorted(flash_attn.dtypes), flash_attn.backward
     )
     sgl_kernel = plan.sgl_kernel

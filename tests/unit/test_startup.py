@@ -297,6 +297,51 @@ def test_decisions_derive_the_drafts_backend_and_cuda_graph_rows():
     assert out["moe_runner"] == "auto" and out["deep_gemm.ENABLE_JIT_DEEPGEMM"] is False
 
 
+def test_the_mla_drafters_trap_holds_for_mla_drafts_only():
+    """[[sm120_traps]] with draft_attention = ["MLA"]: the MLA drafter's attention on an sm_100-only backend is a trap;
+    the same value for a case whose draft is not MLA is judged by the general traps only."""
+    traps = [t for t in cfg.load().sm120_traps if t.draft_attention == ["MLA"]]
+    assert len(traps) == 1 and "cutlass_mla" in traps[0].values
+    mla = {"speculative_draft_attention_backend": "cutlass_mla", "draft_attention": "MLA"}
+    (hit,) = startup.trap_hits(traps, "0.5.23", {"kimi/eagle3": mla})
+    assert "--speculative-draft-attention-backend triton" in hit.message("0.5.23")
+    assert startup.trap_hits(traps, "0.5.23", {"kimi/eagle3": {**mla, "draft_attention": "MHA"}}) == []
+    assert (
+        startup.trap_hits(traps, "0.5.23", {"kimi/eagle3": {**mla, "speculative_draft_attention_backend": "triton"}})
+        == []
+    )
+
+
+def test_decisions_read_the_draft_model_and_overlap_scheduling():
+    case = {
+        "settings": {
+            "speculative_algorithm": "EAGLE3",
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4,
+            "disable_overlap_schedule": False,
+        },
+        "runners": {"draft_model": {"architecture": "Eagle3DeepseekV2ForCausalLM", "attention_arch": "MLA"}},
+    }
+    out = startup.decisions(case)
+    assert out["speculative"] == "EAGLE3 3/1/4" and out["overlap_schedule"] == "on"
+    assert out["draft_model"] == "Eagle3DeepseekV2ForCausalLM (MLA)" and out["draft_attention"] == "MLA"
+    assert startup.decisions({"settings": {"disable_overlap_schedule": True}})["overlap_schedule"] == "off"
+
+
+def test_the_mla_family_runs_the_draft_modes_with_an_mla_drafter():
+    cases = startup.cases({"baseline": False, "eagle3": True})
+    assert "kimi-k25-nvfp4-mla/eagle3" in cases and "kimi-k25-nvfp4-mla/baseline" not in cases
+    assert {"kimi-k25-nvfp4/baseline", "deepseek-v3/eagle3"} <= set(cases)
+    family = startup.family("kimi-k25-nvfp4-mla/eagle3")
+    draft = family.draft["config.json"]
+    assert family.draft_class == "Eagle3DeepseekV2ForCausalLM"
+    # the MLA fields SGLang's model config reads for this class, equal to the target's attention
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank", "hidden_size"):
+        assert draft[key] == family.text[key], key
+    assert draft["num_hidden_layers"] == 1
+
+
 def test_decisions_read_the_per_phase_cuda_graph_record_of_newer_releases():
     """0.5.2x's resolved_dict() holds cuda_graph_config as one record per phase (what the probe keeps, nested)."""
     graphs = {

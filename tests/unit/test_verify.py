@@ -9,19 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import labels
+from sm120 import exported, labels
 from sm120 import plan as planmod
-from sm120.commands.plan import load_plan
 from sm120.verify import elf, report
 from tests.helpers import run_build_py
 
 
 def plan_labels(profile: str, sglang: str = "0.5.9") -> dict[str, str]:
-    import argparse
-
-    args = argparse.Namespace(config=None, profile=profile, sglang=sglang, max_jobs=None)
-    plan: planmod.Plan = load_plan(args)
-    return dict(plan.labels)
+    return dict(planmod.load_plan(profile=profile, sglang=sglang).labels)
 
 
 @pytest.mark.parametrize("profile", ["offline", "release"])
@@ -42,9 +37,9 @@ def test_flash_attn_subset_from_kernel_names():
     bwd = "_ZN5flash25flash_bwd_dq_dk_dv_loop_kernelI23Flash_bwd_kernel_traitsILi64ELi128EN7cutlass6half_tE"
     assert elf.flash_attn_subset([fwd]) == ([128], ["bf16"], False)
     assert elf.flash_attn_subset([fwd, bwd]) == ([64, 128], ["bf16", "fp16"], True)
-    assert labels.parse_kernels("head_dims=128;dtypes=bf16;backward=off") == labels.Kernels([128], ["bf16"], False)
+    assert exported.parse_kernels("head_dims=128;dtypes=bf16;backward=off") == exported.Kernels([128], ["bf16"], False)
     with pytest.raises(labels.LabelError):
-        labels.parse_kernels("head_dims=all;dtypes=bf16;backward=maybe")
+        exported.parse_kernels("head_dims=all;dtypes=bf16;backward=maybe")
 
 
 def test_missing_and_malformed_labels():
@@ -96,9 +91,9 @@ LDD = """\
 def test_ldd_parsing_and_the_driver_allow_list():
     missing = elf.unresolved(LDD)
     assert missing == {"/opt/venv/a.so": ["libcuda.so.1"], "/opt/venv/b.so": ["libnvidia-ml.so.1", "libcudart.so.12"]}
-    driver, other = elf.split_driver(missing["/opt/venv/b.so"] + missing["/opt/venv/a.so"])
-    assert driver == ["libnvidia-ml.so.1", "libcuda.so.1"]
-    assert other == ["libcudart.so.12"]
+    names = missing["/opt/venv/b.so"] + missing["/opt/venv/a.so"]
+    assert [n for n in names if elf.DRIVER_LIBRARY.match(n)] == ["libnvidia-ml.so.1", "libcuda.so.1"]
+    assert [n for n in names if not elf.DRIVER_LIBRARY.match(n)] == ["libcudart.so.12"]
     # The runtime libraries an image must bring are never excused.
     for name in ("libcudart.so.13", "libnvrtc.so.12", "libcublas.so.13", "libnuma.so.1", "libcudnn.so.9"):
         assert not elf.DRIVER_LIBRARY.match(name), name

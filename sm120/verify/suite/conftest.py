@@ -17,6 +17,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -27,7 +28,9 @@ from typing import Any
 import pytest
 import testinfra
 
-from sm120 import labels
+from sm120 import image_plan, labels
+from sm120.errors import UsageError
+from sm120.plan_types import Plan
 from sm120.verify import docker_env, report
 from sm120.verify.startup_probe import MARK
 
@@ -79,6 +82,27 @@ def image(dc) -> docker_env.ImageInfo:
     REPORT.image_id, REPORT.size = info.id, info.size
     REPORT.profile = info.labels.get(f"{labels.namespace()}.profile", "")
     return info
+
+
+@functools.cache
+def plan_of_image() -> Plan | None:
+    """The image's own plan (its plan.json), read once; None without an image or when it cannot be read (the
+    `plan` fixture then fails saying why). Checks parametrized by what the image serves call it at collection."""
+    if not IMAGE:
+        return None
+    try:
+        return image_plan.read(docker_env.client(), IMAGE)
+    except (UsageError, docker_env.DockerUnavailable):
+        return None
+
+
+@pytest.fixture(scope="session")
+def plan(dc, image) -> Plan:
+    """The plan the image was built from (/etc/sglang-sm120/plan.json, resolved on the build's host)."""
+    try:
+        return image_plan.read(dc, image.id)
+    except UsageError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")

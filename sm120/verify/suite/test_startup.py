@@ -36,15 +36,29 @@ from typing import Any
 
 import pytest
 
-from sm120 import config as cfg
+from sm120 import image_plan as image_plan_mod
 from sm120.verify import docker_env, persona, startup
-from sm120.verify.suite.conftest import REPORT, entrypoint, last_json
+from sm120.verify.suite.conftest import REPORT, entrypoint, last_json, plan_of_image
 
 WORK = "/tmp/sm120-startup"
 MODELS = f"{WORK}/models"
 PROBE = Path(startup.__file__).with_name("startup_probe.py")
 DEVICES = 8  # TP 8: the reference run's eight cards
-CASES = [f"{family.key}/{mode}" for family in startup.FAMILIES for mode in startup.MODES]
+REFUSED: dict[str, str] = {}  # case -> the entrypoint's error, where it refuses the case's drafter
+
+
+def _cases() -> list[str]:
+    """The cases of the image's own modes (its plan.json), so every track's image is judged by what it serves."""
+    plan = plan_of_image()
+    return startup.cases({name: mode.draft for name, mode in plan.entrypoint.modes.items()}) if plan else []
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "case" in metafunc.fixturenames:
+        metafunc.parametrize("case", _cases())
+    if "drafter_case" in metafunc.fixturenames:
+        others = [c for c in _cases() if startup.family(c).drafter is not startup.eagle3_drafter]
+        metafunc.parametrize("drafter_case", others)
 
 
 @pytest.fixture(scope="module")
@@ -88,11 +102,15 @@ def probe(box, image, host, image_uid, staged, card) -> Callable[..., dict[str, 
     return _probe
 
 
-def _dry_run(box, image, mode: str, family: startup.Family) -> tuple[dict[str, str], list[str]]:
+def _dry_run(box, image, plan, mode: str, family: startup.Family) -> tuple[dict[str, str], list[str]] | str:
+    """The command the entrypoint prints, or its error when it refuses the case (exit 2: a drafter class this
+    image's SGLang does not have; test_a_drafter_the_image_lacks_is_refused_naming_its_tracks judges that)."""
     env = {"TP_SIZE": str(DEVICES), "MODEL_PATH": f"{MODELS}/{family.key}/target"}
-    if cfg.load().modes[mode].draft:
+    if plan.entrypoint.modes[mode].draft:
         env["DRAFT_MODEL_PATH"] = f"{MODELS}/{family.key}/draft"
     rc, stdout, stderr = entrypoint(box, image, [mode, "--dry-run"], env)
+    if rc == 2 and "has no drafter class" in stderr:
+        return " ".join(stderr.split())
     if rc != 0:
         pytest.fail(f"{family.key}: `{mode} --dry-run` exited {rc}: {stderr.strip()[-400:]}", False)
     lines = [line for line in stdout.strip().splitlines() if line.strip()]
@@ -102,21 +120,25 @@ def _dry_run(box, image, mode: str, family: startup.Family) -> tuple[dict[str, s
 def _selected(request: pytest.FixtureRequest) -> tuple[set[str], bool]:
     """(the cases, whether the registry) that the selected checks of this module need (`-k` keeps runs short)."""
     items = [i for i in request.session.items if i.module is request.module]
-    cases = {i.callspec.params["case"] for i in items if hasattr(i, "callspec") and "case" in i.callspec.params}
+    params = [i.callspec.params for i in items if hasattr(i, "callspec")]
+    cases = {p[key] for p in params for key in ("case", "drafter_case") if key in p}
     return cases, any("registry" in i.fixturenames for i in items)
 
 
 @pytest.fixture(scope="module")
-def commands(request, box, image, staged) -> dict[str, tuple[dict[str, str], list[str]]]:
+def commands(request, box, image, plan, staged) -> dict[str, tuple[dict[str, str], list[str]]]:
     """case -> (env, SGLang arguments) of the command the image's entrypoint prints (`--dry-run`, TP 8), for
     the selected cases, at once (each runs SGLang's parser in the image: seconds of CPU)."""
     wanted, _ = _selected(request)
-    jobs = {f"{f.key}/{m}": (m, f) for f in startup.FAMILIES for m in startup.MODES if f"{f.key}/{m}" in wanted}
+    jobs = {case: (case.split("/", 1)[1], startup.family(case)) for case in _cases() if case in wanted}
     if not jobs:
         return {}
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        futures = {case: pool.submit(_dry_run, box, image, mode, family) for case, (mode, family) in jobs.items()}
-        found = {case: future.result() for case, future in futures.items()}
+        futures = {case: pool.submit(_dry_run, box, image, plan, mode, family) for case, (mode, family) in jobs.items()}
+        results = {case: future.result() for case, future in futures.items()}
+    found = {case: r for case, r in results.items() if not isinstance(r, str)}
+    REFUSED.update({case: r for case, r in results.items() if isinstance(r, str)})
+    REPORT.startup["refused_by_entrypoint"] = dict(REFUSED)
     REPORT.startup["commands"] = {
         case: shlex.join([*(f"{k}={v}" for k, v in env.items()), *argv]) for case, (env, argv) in found.items()
     }
@@ -179,6 +201,11 @@ def server_args(run) -> dict[str, Any]:
     return run
 
 
+def _skip_refused(case: str) -> None:
+    if case in REFUSED:
+        pytest.skip(f"{case}: the entrypoint refuses its drafter on this track (judged by the drafter check)")
+
+
 def _boundaries(found: dict[str, Any]) -> list[str]:
     return [f"{b['call']} from {b['sglang_frame']}" for b in found.get("boundaries_all", [])]
 
@@ -229,11 +256,11 @@ def test_kernel_libraries_imported_at_module_level_load(registry):
         REPORT.warnings.append(f"start-up: {module} does not import: {startup.describe_failure(failure)}")
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_sglang_accepts_the_entrypoints_command(case: str, server_args):
     """SGLang's own ServerArgs and post-init checks, the server's launch checks (the cuDNN gate included), the
     scheduler's runner set-up and the model loader's quantization step: every refusal is named."""
     assert "error" not in server_args, f"the probe stopped: {startup.describe_failure(server_args['error'])}"
+    _skip_refused(case)
     rec = server_args["cases"].get(case)
     assert rec is not None, f"{case} was not run"
     runners = rec.get("runners", {})
@@ -252,31 +279,47 @@ def test_sglang_accepts_the_entrypoints_command(case: str, server_args):
         REPORT.warnings.append(f"start-up {case}: the scheduler's runner set-up: {why}")
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_no_decision_lands_on_an_sm120_trap(case: str, server_args, expect):
+def test_no_decision_lands_on_an_sm120_trap(case: str, server_args, expect, plan):
+    _skip_refused(case)
     rec = server_args["cases"].get(case) or {}
     if "settings" not in rec:
         pytest.skip(f"{case}: SGLang made no decisions (see test_sglang_accepts_the_entrypoints_command)")
-    traps = cfg.load().sm120_traps
+    traps = image_plan_mod.traps(plan)  # the traps the image carries (build.toml's, in its plan.json)
     hits = startup.trap_hits(traps, expect.sglang, {case: startup.decisions(rec)})
     assert not hits, " | ".join(hit.message(expect.sglang) for hit in hits)
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect):
+def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect, plan):
     """A trap is only as good as the decision it reads: each one that holds for this release and quantization must
     find at least one of its settings among what SGLang decided (a release that renames or nests a setting would
     otherwise pass the trap check by reading nothing)."""
+    _skip_refused(case)
     rec = server_args["cases"].get(case) or {}
     if "settings" not in rec:
         pytest.skip(f"{case}: SGLang made no decisions (see test_sglang_accepts_the_entrypoints_command)")
     decided = startup.decisions(rec)
     blind = [
         trap
-        for trap in cfg.load().sm120_traps
-        if trap.applies(expect.sglang, decided.get("quantization")) and not set(trap.settings) & set(decided)
+        for trap in image_plan_mod.traps(plan)
+        if trap.applies(expect.sglang, decided.get("quantization"), decided.get("draft_attention"))
+        and not set(trap.settings) & set(decided)
     ]
     assert not blind, "; ".join(
         f"SGLang {expect.sglang} decided none of {', '.join(t.settings)}: the trap '{t.reason[:60]}...' reads nothing"
         for t in blind
     )
+
+
+def test_a_drafter_the_image_lacks_is_refused_naming_its_tracks(drafter_case: str, server_args, registry):
+    """A drafter class only some tracks' SGLang has (the MLA drafter): where SGLang's own registry in this image has
+    it, the entrypoint accepts it and SGLang starts the case (the checks above); where the registry lacks it, the
+    entrypoint refuses it in one line naming the tracks and images that have it."""
+    case = drafter_case
+    drafter = startup.family(case).draft_class
+    in_registry = drafter in set(registry.get("archs") or [])
+    if case not in REFUSED:
+        assert in_registry, f"{case}: the entrypoint accepted {drafter}, which SGLang's registry here lacks"
+        assert case in server_args["cases"], f"{case}: accepted but not run"
+        return
+    assert not in_registry, f"{case}: the entrypoint refused {drafter}, which SGLang's registry has: {REFUSED[case]}"
+    assert "use the image of track" in REFUSED[case], f"{case}: the refusal names no track: {REFUSED[case]}"

@@ -1,0 +1,77 @@
+"""What `build.py build` hands the image build: the outputs of the plan it resolved on the host, staged in the
+build context (the build arg PLAN_DIR, `.plan/<profile>-<track>/` of the checkout), so the image build resolves
+nothing itself: no build.toml, no pydantic, no second `plan` inside a stage.
+
+    .plan/<profile>-<track>/plan.json            the plan, byte for byte what `build.py plan --json` prints
+                                                 (the image's /etc/sglang-sm120/plan.json; the overlay stage)
+    .plan/<profile>-<track>/series/series.json   the track's SGLang patch series, in order (sm120/patch_engine.py)
+    .plan/<profile>-<track>/series/<name>/...    the listed patch files (the patched stage)
+
+The patched stage copies only the series and the engine (sm120/patch_engine.py and sm120/errors.py), so a Python
+edit elsewhere in sm120/ never re-runs it, and a plan that differs only in what the image's entrypoint reads (a
+machine's job figures, the revision) re-runs only the small overlay layer.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import patch_engine, patching
+from .config import Config
+from .plan_types import Plan
+
+
+def directory(plan: Plan, repo: Path) -> Path:
+    """Where the plan's outputs go: the PLAN_DIR build arg, under the build context."""
+    return repo / plan.build_args["PLAN_DIR"]
+
+
+def stage(config: Config, plan: Plan, repo: Path) -> Path:
+    """Write plan.json and the SGLang patch series (with their files) for the build; returns the directory.
+
+    Written beside the directory first and swapped in only when it differs, so a build reading the staged files
+    (BuildKit reads the context when each COPY runs) never sees a half-written or missing directory."""
+    target = directory(plan, repo)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        _write(config, plan, scratch)
+        if not (target.is_dir() and _same_tree(scratch, target)):
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            if target.exists():
+                target.rename(old)
+            scratch.rename(target)
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def _same_tree(a: Path, b: Path) -> bool:
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    return files_a == files_b and all(filecmp.cmp(a / f, b / f, shallow=False) for f in files_a)
+
+
+def _write(config: Config, plan: Plan, target: Path) -> None:
+    series_dir = target / "series"
+    series_dir.mkdir(parents=True)
+    (target / "plan.json").write_text(plan.to_json(), encoding="utf-8")
+    names = [p.name for p in plan.patches if p.component == "sglang"]
+    names += [s.name for s in plan.patches_skipped if config.patch(s.name).component == "sglang"]
+    order = [n for n in config.track(plan.sglang_version).patches if n in names]
+    series = patching.resolve([(n, config.patch(n)) for n in order], plan.sglang_version)
+    staged = []
+    for patch in series:
+        if patch.file is not None:
+            source = config.root / patch.file
+            rel = f"{patch.name}/{Path(patch.file).name}"
+            (series_dir / patch.name).mkdir(exist_ok=True)
+            shutil.copyfile(source, series_dir / rel)
+            patch = patch_engine.Resolved(patch.name, rel, patch.upstream, patch.checks, patch.ranges)
+        staged.append(patch)
+    patch_engine.write_series(series_dir, plan.sglang_version, staged)
