@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -30,9 +32,24 @@ def _closest(message: str) -> str:
     return suggest(match.group(1), re.findall(r"'?([^',\s]+)'?", match.group(2)))
 
 
+MAX_DIGITS = 18  # no count or size here needs more; int() would refuse past 4300 digits with a traceback
+
+
+def shown(text: str, limit: int = 40) -> str:
+    """A value as an error message quotes it: repr, cut short when long (a 5000-digit number is one word)."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= limit else quoted[: limit - 4] + "...'" + f" ({len(text)} characters)"
+
+
+def _digits(text: str, what: str) -> None:
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise argparse.ArgumentTypeError(f"must be {what} of at most {MAX_DIGITS} digits, got {shown(text)}")
+
+
 def positive_int(text: str) -> int:
     if not re.fullmatch(r"[0-9]+", text):
-        raise argparse.ArgumentTypeError(f"must be a positive integer (ASCII digits), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer (ASCII digits), got {shown(text)}")
+    _digits(text, "a positive integer")
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
@@ -41,13 +58,15 @@ def positive_int(text: str) -> int:
 
 def integer(text: str) -> int:
     if not re.fullmatch(r"-?[0-9]+", text):
-        raise argparse.ArgumentTypeError(f"must be an integer (ASCII digits), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be an integer (ASCII digits), got {shown(text)}")
+    _digits(text, "an integer")
     return int(text)
 
 
 def non_negative_int(text: str) -> int:
     if not re.fullmatch(r"[0-9]+", text):
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer (ASCII digits), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer (ASCII digits), got {shown(text)}")
+    _digits(text, "a non-negative integer")
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
@@ -57,10 +76,11 @@ def non_negative_int(text: str) -> int:
 def positive_float(text: str) -> float:
     """A positive, finite number in plain ASCII decimal (float() also takes 'inf', '1_0' and other digits)."""
     if not re.fullmatch(r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", text):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number such as 30 or 0.5, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive finite number such as 30 or 0.5, got {shown(text)}")
     value = float(text)
     if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number such as 30 or 0.5, got {text!r}")
+        why = " (it is read as 0: too small for a double)" if value == 0 and re.search("[1-9]", text) else ""
+        raise argparse.ArgumentTypeError(f"must be a positive finite number such as 30 or 0.5, got {shown(text)}{why}")
     return value
 
 
@@ -73,6 +93,16 @@ def add_config_args(parser: argparse.ArgumentParser, *, sglang: bool = True, pro
         parser.add_argument("--sglang", metavar="VERSION", help="SGLang track (default: defaults.sglang)")
 
 
+MAX_MEMORY_GIB = 1 << 20  # 1 PiB: far above any builder, far below where GiB -> bytes overflows a float
+
+
+def memory_gib(text: str) -> float:
+    value = positive_float(text)
+    if value > MAX_MEMORY_GIB:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_MEMORY_GIB} (GiB: 1 PiB), got {shown(text)}")
+    return value
+
+
 def add_machine_args(parser: argparse.ArgumentParser) -> None:
     """The options that plan for another builder than this machine (plan, build)."""
     parser.add_argument("--max-jobs", type=positive_int, metavar="N", help="override the derived compile parallelism")
@@ -80,7 +110,7 @@ def add_machine_args(parser: argparse.ArgumentParser) -> None:
         "--cpus", type=positive_int, metavar="N", help="plan for a machine with N CPUs (default: this one)"
     )
     parser.add_argument(
-        "--memory-gib", type=positive_float, metavar="G", help="plan for a machine with G GiB (default: this one)"
+        "--memory-gib", type=memory_gib, metavar="G", help="plan for a machine with G GiB (default: this one)"
     )
 
 
@@ -112,9 +142,24 @@ def build_parser() -> Parser:
     return parser
 
 
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`build.py plan --json | head -c1`): no traceback, and none at exit either
+    (Python flushes stdout once more when it exits: point it at /dev/null, as the Python docs advise)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, what a shell tool that died of the signal reports
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
@@ -123,9 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckFailed as exc:
         print(f"build.py {args.command}: failed: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"build.py {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C; SIGTERM where a command turns it into one (exit 143)
+        print(f"build.py {args.command}: {getattr(exc, 'what', 'interrupted')}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 130))
     except RecursionError:  # an input (a TOML or JSON file) nested beyond reason
         print(f"build.py {args.command}: error: an input file is nested too deeply to read", file=sys.stderr)
         return 2

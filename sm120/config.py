@@ -5,8 +5,10 @@ Every error names the file, the key and what is allowed, in one line (`UsageErro
 
 from __future__ import annotations
 
+import errno
 import json
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -25,8 +27,10 @@ from pydantic import (
     model_validator,
 )
 
+from .entrypoint.errors import long_number
 from .entrypoint.spec import CONDITIONS, draft_tree_most
 from .errors import UsageError, suggest
+from .preset_check import check_mode_args
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -79,8 +83,9 @@ class Cuda(Strict):
 
 
 class Parallelism(Strict):
-    compile_job_memory_gib: float = Field(gt=0)
-    compile_job_memory_gib_backward: float = Field(gt=0)
+    # le: a compile job needing over a TiB is a typo (and 1e308 x nvcc threads would overflow to inf)
+    compile_job_memory_gib: float = Field(gt=0, le=1024)
+    compile_job_memory_gib_backward: float = Field(gt=0, le=1024)
     memory_fraction: float = Field(gt=0, le=1)
     nvcc_threads_max: int = Field(ge=1)
 
@@ -413,7 +418,9 @@ def _one_line(path: Path, exc: ValidationError) -> str:
         else:
             msg += suggest(value, [e for e in expected if e])
     elif kind == "finite_number":
-        msg += " (TOML's inf and nan are not taken)"
+        msg += " (TOML's inf and nan are not taken; a number beyond 1.8e308 reads as inf)"
+    elif kind == "greater_than" and isinstance(value, float) and value == 0:
+        msg += " (a number too small for a double, such as 1e-400, reads as 0.0)"
     elif kind in _STRICT_TYPES:
         msg = f"{msg} (strict: write {_STRICT_TYPES[kind]}; a {type(value).__name__} is not converted)"
     return f"{path.name}: {where}{shown}: {msg}"
@@ -455,14 +462,18 @@ def _allowed_keys_for(loc: tuple[Any, ...]) -> list[str]:
 def load(path: Path | str | None = None) -> Config:
     """Read, parse and validate build.toml; check cross-references and that patch files exist."""
     path = Path(path) if path is not None else DEFAULT_CONFIG
+    text = ""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = read_regular_file(path)
+        raw = tomllib.loads(text)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file; pass --config FILE or run from the checkout") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read it ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except ValueError as exc:  # a number longer than int() converts: tomllib raises a bare ValueError
+        raise UsageError(f"{path}: {long_number(text) or str(exc)[:120]}") from None
     except RecursionError:
         raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
     try:
@@ -473,6 +484,16 @@ def load(path: Path | str | None = None) -> Config:
         raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
     _check_references(config)
     return config
+
+
+def read_regular_file(path: Path) -> str:
+    """A file's text, refusing what is not a regular file first: a FIFO would block the read forever."""
+    st = path.stat()
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO or a device would block the read)")
+    return path.read_text(encoding="utf-8")
 
 
 def _check_references(config: Config) -> None:
@@ -502,6 +523,8 @@ def _check_references(config: Config) -> None:
         if twice:
             raise UsageError(f'{name}: tracks."{version}".patches lists {twice[0]!r} twice (each patch once)')
         _check_presets(config, version, track)
+        for mode_name, mode in config.modes.items():  # presets the entrypoint would refuse at every start
+            check_mode_args(name, mode_name, mode.args, track.runtime, rules_key=f'tracks."{version}".runtime')
         for i, rule in enumerate(track.runtime):
             wanted = rule.requires_patch
             if wanted is not None and wanted not in config.patches:

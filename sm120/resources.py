@@ -182,7 +182,8 @@ def parallelism(
     per_job = job_memory_gib * nvcc_threads
     budget = resources.memory_gib * memory_fraction
     by_cpu = max(1, resources.cpus // nvcc_threads)
-    by_memory = math.floor(budget / per_job)
+    ratio = budget / per_job  # a tiny per-job figure gives inf: no more jobs than CPUs are used anyway
+    by_memory = math.floor(ratio) if math.isfinite(ratio) and ratio < (1 << 30) else 1 << 30
     warning = None
     if by_memory < 1:
         warning = (

@@ -86,3 +86,16 @@ def without_track(text: str, version: str) -> str:
     tracks = set(re.findall(r'^\[\[?tracks\."([^"]+)"', out, re.MULTILINE))
     newest = max(tracks, key=Version)
     return re.sub(rf'^(sglang\s*=\s*)"{re.escape(version)}"', rf'\g<1>"{newest}"', out, count=1, flags=re.MULTILINE)
+
+
+def unshare_or_skip() -> list[str]:
+    """`unshare -Urm`: a user and mount namespace of the test's own, for real bind mounts, read-only mounts and
+    small tmpfs (root's chmod binds nothing); the test is skipped, saying why, where that is not allowed."""
+    import shutil
+
+    import pytest
+
+    exe = shutil.which("unshare")
+    if exe is None or subprocess.run([exe, "-Urm", "true"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("unshare -Urm is not allowed here: no mount namespace of the test's own")
+    return [exe, "-Urm"]

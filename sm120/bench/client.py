@@ -14,9 +14,12 @@ speculative decoding, and a slow reader gets several decode steps merged into on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -24,7 +27,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import requests
+import requests.adapters
 import urllib3
+import urllib3.connection
 
 from ..errors import CheckFailed, UsageError
 from .prompts import Prompt
@@ -32,6 +37,121 @@ from .prompts import Prompt
 CONNECT_TIMEOUT_S = 5.0
 DEFAULT_DEADLINE_S = 1800.0  # one request in all: a first request may wait for JIT compiles
 MAX_LINE_BYTES = 64 << 20
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Deadlines that hold while a read is blocked. A socket's read timeout restarts with every byte, so a server
+# that sends its headers (or anything) a byte at a time would outlive --timeout and --request-timeout; the
+# per-read checks in measure() run only between reads. A watchdog thread judges the deadlines every 50 ms and,
+# when one passes, shuts the request's socket down, which ends the blocked read at once. The socket is found
+# through the connection class of DeadlineAdapter's pools (registered as the response is read).
+# ---------------------------------------------------------------------------------------------------------
+
+_ACTIVE = threading.local()
+WATCH_POLL_S = 0.05
+
+
+class _Watchdog:
+    def __init__(self, reason: Callable[[], str | float | None]) -> None:
+        """reason(): why a deadline has passed, else the seconds left until the earliest one (or None)."""
+        self._reason = reason
+        self.fired: str | None = None
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-deadline", daemon=True)
+
+    def attach(self, sock: socket.socket | None) -> None:
+        if sock is None:
+            return
+        with self._lock:
+            self._sockets.append(sock)
+            if self.fired is not None:
+                self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def _run(self) -> None:
+        wait = WATCH_POLL_S
+        while not self._stop.wait(wait):
+            why = self._reason()
+            if isinstance(why, float):  # nothing overdue: sleep until the earliest deadline could pass
+                wait = min(max(why, WATCH_POLL_S), 60.0)  # (Event.wait refuses a huge timeout)
+                continue
+            if why is not None:
+                with self._lock:
+                    self.fired = why
+                    for sock in self._sockets:
+                        self._shut(sock)
+                return
+
+    def __enter__(self) -> _Watchdog:
+        self._previous = getattr(_ACTIVE, "watch", None)
+        _ACTIVE.watch = self
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        _ACTIVE.watch = self._previous
+
+
+def _attach(sock: socket.socket | None) -> None:
+    watch = getattr(_ACTIVE, "watch", None)
+    if watch is not None:
+        watch.attach(sock)
+
+
+class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
+    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+        _attach(self.sock)
+        return super().getresponse(*args, **kwargs)
+
+
+class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+        _attach(self.sock)
+        return super().getresponse(*args, **kwargs)
+
+
+class _Pool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _TLSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class DeadlineAdapter(requests.adapters.HTTPAdapter):
+    """requests' adapter whose connections hand their socket to the deadline watchdog of the request."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
+
+
+def new_session() -> requests.Session:
+    """A requests session whose requests the deadlines here can end (every bench request goes through one)."""
+    session = requests.Session()
+    watched(session)
+    return session
+
+
+def watched(session: requests.Session) -> requests.Session:
+    """Mount DeadlineAdapter on a session (once), so that a blocked read can be ended at its deadline."""
+    for prefix in ("http://", "https://"):
+        if not isinstance(session.adapters.get(prefix), DeadlineAdapter):
+            session.mount(prefix, DeadlineAdapter())
+    return session
+
+
+def _total(seconds: float, what: str) -> _Watchdog:
+    end = time.monotonic() + seconds
+    return _Watchdog(lambda: what if time.monotonic() > end else end - time.monotonic())
 
 
 class ServerUnreachable(CheckFailed):
@@ -135,12 +255,18 @@ def describe(exc: BaseException) -> str:
 
 
 def probe(session: requests.Session, endpoint: str, timeout_s: float = 10.0) -> None:
-    """Raise ServerUnreachable unless GET /health answers 200."""
+    """Raise ServerUnreachable unless GET /health answers 200 (within timeout_s in all, plus the connect)."""
+    watched(session)
+    limit = CONNECT_TIMEOUT_S + timeout_s
+    watch = _total(limit, f"no answer to /health within {limit:g} s")
     try:
-        with session.get(f"{endpoint}/health", timeout=(CONNECT_TIMEOUT_S, timeout_s), stream=True) as resp:
+        with watch, session.get(f"{endpoint}/health", timeout=(CONNECT_TIMEOUT_S, timeout_s), stream=True) as resp:
             status = resp.status_code
-    except requests.RequestException as exc:
-        raise ServerUnreachable(f"cannot reach SGLang at {endpoint}: {describe(exc)}") from None
+    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+        reason = watch.fired or describe(exc)
+        raise ServerUnreachable(f"cannot reach SGLang at {endpoint}: {reason}") from None
+    if watch.fired is not None:  # cut off in the middle of its headers (http.client takes EOF as their end)
+        raise ServerUnreachable(f"cannot reach SGLang at {endpoint}: {watch.fired}")
     if status != 200:
         raise ServerUnreachable(f"SGLang at {endpoint} is not ready: /health answered HTTP {status}")
 
@@ -148,8 +274,10 @@ def probe(session: requests.Session, endpoint: str, timeout_s: float = 10.0) -> 
 def _bounded_json(session: requests.Session, url: str, deadline_s: float, limit: int = 1 << 22) -> Any:
     """GET url's JSON body within deadline_s in all (a server that trickles bytes cannot hold bench), or None."""
     t0 = time.monotonic()
-    with session.get(url, timeout=(CONNECT_TIMEOUT_S, deadline_s), stream=True) as resp:
-        if resp.status_code != 200:
+    watched(session)
+    watch = _total(deadline_s, "deadline")
+    with watch, session.get(url, timeout=(CONNECT_TIMEOUT_S, deadline_s), stream=True) as resp:
+        if resp.status_code != 200 or watch.fired is not None:
             return None
         body = b""
         for chunk in resp.iter_content(65536):
@@ -263,26 +391,65 @@ def measure(
     t0 = time.perf_counter()
     progress = {"t": t0, "tokens": 0}
 
-    def check() -> None:
+    def overdue() -> str | None:
+        """Which deadline has passed, measured from the request's start (and from the last new token)."""
+        why = due()
+        return why if isinstance(why, str) else None
+
+    def due() -> str | float:
+        """overdue()'s reason, or the seconds until a deadline could pass (the watchdog sleeps that long)."""
         now = time.perf_counter()
         if now - t0 > deadline_s:
-            raise RunFailed(
+            return (
                 f"the request took longer than its deadline of {deadline_s:g} s (--request-timeout) "
                 f"after {_tokens(progress['tokens'])}"
             )
         if now - progress["t"] > read_timeout_s:
-            raise RunFailed(
+            return (
                 f"no new token for {read_timeout_s:g} s (--timeout) after {_tokens(progress['tokens'])}: "
-                "the server sends keep-alive lines or repeats chunks without tokens"
+                "the server sends keep-alive lines, repeats chunks without tokens or trickles its bytes"
             )
+        return min(t0 + deadline_s, progress["t"] + read_timeout_s) - now
+
+    watched(session)
+    with _Watchdog(due) as watch:
+        return _measure(session, endpoint, prompt, body, index, read_timeout_s, t0, progress, overdue, watch)
+
+
+def _measure(
+    session: requests.Session,
+    endpoint: str,
+    prompt: Prompt,
+    body: dict[str, Any],
+    index: int,
+    read_timeout_s: float,
+    t0: float,
+    progress: dict[str, Any],
+    overdue: Callable[[], str | None],
+    watch: _Watchdog,
+) -> RunResult:
+    """measure()'s request, read under the watchdog: a deadline that passed names itself, whichever clock (the
+    watchdog's, the socket's read timeout, the check between reads) noticed it first."""
+
+    def check() -> None:
+        why = overdue()
+        if why is not None:
+            raise RunFailed(why)
 
     try:
         resp = session.post(f"{endpoint}/generate", json=body, stream=True, timeout=(CONNECT_TIMEOUT_S, read_timeout_s))
-    except requests.RequestException as exc:
-        raise RunFailed(describe(exc)) from None
+    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise RunFailed(watch.fired or overdue() or describe(exc)) from None
+    if watch.fired is not None:  # cut off in the middle of its headers (http.client takes EOF as their end)
+        resp.close()
+        raise RunFailed(watch.fired)
     with resp:
         if resp.status_code != 200:
-            detail = " ".join(resp.text.split())[:200] if resp.text else ""
+            try:
+                text = resp.text
+            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
+                text = ""
+            detail = " ".join(text.split())[:200] if text else ""
             raise RunFailed(f"/generate answered HTTP {resp.status_code}" + (f": {detail}" if detail else ""))
         t_first: float | None = None
         first_tokens = 0
@@ -327,7 +494,9 @@ def measure(
                     final, t_end = obj, now
                     final["_finish_type"] = kind
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise RunFailed(f"{describe(exc)} after {last_tokens} tokens") from None
+            raise RunFailed(watch.fired or overdue() or f"{describe(exc)} after {last_tokens} tokens") from None
+    if final is None and watch.fired is not None:  # the watchdog ended the stream, not the server
+        raise RunFailed(watch.fired)
     if final is None:
         raise RunFailed(f"stream ended without its last chunk after {last_tokens} tokens")
     if t_first is None or last_tokens == 0:

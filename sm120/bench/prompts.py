@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..entrypoint.errors import long_number
 from ..errors import UsageError
 
 SHIPPED = Path(__file__).with_name("prompts.jsonl")
@@ -48,6 +50,8 @@ def load(path: str | Path | None = None) -> PromptSet:
     if file.is_dir():
         raise UsageError(f"--prompts {file}: a directory, not a JSONL file")
     try:
+        if not stat.S_ISREG(file.stat().st_mode):  # a FIFO would block the read forever
+            raise UsageError(f"--prompts {file}: not a regular file (a FIFO or a device), give a JSONL file")
         data = file.read_bytes()
     except OSError as exc:
         raise UsageError(f"--prompts {file}: cannot read it ({exc.strerror or exc})") from None
@@ -63,6 +67,9 @@ def load(path: str | Path | None = None) -> PromptSet:
             raise UsageError(f"{where}: not JSON ({exc.msg})") from None
         except RecursionError:
             raise UsageError(f"{where}: nested too deeply to be a prompt") from None
+        except ValueError:  # a number longer than int() converts: json raises a bare ValueError
+            detail = (long_number(line) or "a number too long to read").split(": ", 1)[-1]
+            raise UsageError(f"{where}: not a prompt ({detail})") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or not obj["text"].strip():
             raise UsageError(f'{where}: each line must be an object with a non-empty "text"')
         pid = str(obj.get("id") or f"prompt-{len(prompts) + 1}")

@@ -8,16 +8,19 @@ replaces its old runs.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import CheckFailed, UsageError
 from . import stats
 
 SCHEMA = 1
@@ -130,6 +133,13 @@ class Results:
         return data
 
     def save(self, directory: Path) -> Path:
+        """Write bench.json atomically (a temporary file renamed over it): a failed write leaves the last one."""
+        try:
+            return self._save(directory)
+        except OSError as exc:  # a full disk, a directory gone read-only: the caller reports what is not saved
+            raise SaveFailed(f"cannot write {directory / 'bench.json'} ({exc.strerror or exc})") from None
+
+    def _save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / "bench.json"
         fd, tmp = tempfile.mkstemp(prefix=".bench.", suffix=".json", dir=directory)
@@ -143,6 +153,39 @@ class Results:
             Path(tmp).unlink(missing_ok=True)
             raise
         return path
+
+
+class SaveFailed(CheckFailed):
+    """bench.json could not be written (exit 1): the runs since the last save are reported, not lost silently."""
+
+
+LOCK_NAME = ".bench.lock"
+
+
+@contextlib.contextmanager
+def writer_lock(directory: Path) -> Iterator[None]:
+    """Hold DIR/.bench.lock (fcntl.flock) while this bench writes DIR/bench.json: a second bench on the same
+    --out is refused at once (exit 2), before it measures, instead of one label's runs being lost when both
+    rewrite the file. The kernel drops the lock when the process ends, however it ends."""
+    path = directory / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise UsageError(f"--out {directory}: cannot create {path} ({exc.strerror or exc})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            raise UsageError(
+                f"--out {directory}: another build.py bench{f' (pid {holder})' if holder.isdigit() else ''} is "
+                "writing bench.json there; wait for it to finish, or give this one another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 STATUSES = ("running", "complete", "failed", "interrupted")

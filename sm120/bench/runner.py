@@ -81,7 +81,7 @@ def measure_label(
     """Probe the server, then run warm-ups and timed runs. Raises ServerUnreachable (exit 2) before the first
     request, CheckFailed (exit 1) naming the run that failed; bench.json then holds every finished run."""
     own = session is None
-    session = session or requests.Session()
+    session = session or client.new_session()
     try:
         client.probe(session, endpoint)
         label.server = client.server_info(session, endpoint)

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
+import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .. import image_plan
+from .. import image_plan, image_ref
 from ..bench import client, grid, report, runner
 from ..bench import prompts as prompts_mod
-from ..bench.results import BASELINE, Label, Results, open_results
+from ..bench.results import BASELINE, LOCK_NAME, Label, Results, SaveFailed, open_results, writer_lock
 from ..cli import add_config_args, integer, non_negative_int, positive_float, positive_int
 from ..errors import CheckFailed, UsageError, suggest
 from ..plan_types import Plan
@@ -151,7 +156,36 @@ def _parse_env(items: list[str]) -> dict[str, str]:
 def _check_label(name: str, flag: str) -> str:
     if not name or any(c in name for c in "/\\|\n") or name.startswith("."):
         raise UsageError(f"{flag} {name!r}: use letters, digits, '-', '_' or '.'")
+    # A carriage return or another control character would make a label that prints like another one (and
+    # breaks bench.md's table); surrounding spaces too.
+    if any(unicodedata.category(c).startswith("C") for c in name) or name != name.strip():
+        raise UsageError(f"{flag} {name!r}: control characters or surrounding spaces; use letters, digits, '-', '_'")
     return name
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI runner cancelling the job, `docker stop` of a wrapper): handled as Ctrl-C is, exit 143."""
+
+    exit_code = 143
+    what = "terminated (SIGTERM): the finished runs are kept"
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises Terminated in the main thread, so the runs are kept, the label is marked interrupted and
+    bench.md is written, as after Ctrl-C. Elsewhere (a thread) the default stays."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _settings(args: argparse.Namespace, prompt_set: prompts_mod.PromptSet) -> dict[str, Any]:
@@ -178,9 +212,17 @@ def read_image_plan(image: str) -> Plan:
 
 
 def run(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as held:  # the --out lock and the SIGTERM handler, released however it ends
+        held.enter_context(_sigterm_as_interrupt())
+        return _run(args, held)
+
+
+def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     # --endpoint has no image: build.toml's plan gives the port to default to. --image: the image's own plan.
     plan = plan_from_args(args)
-    if args.endpoint:
+    if args.image is not None:
+        image_ref.check_reference(args.image, "--image", allow_id=True)
+    if args.endpoint is not None:
         if not args.label:
             raise UsageError("--endpoint needs --label NAME (e.g. --label baseline, then --label eagle3)")
         for flag in ("spec_grid", "models", "cache_volume"):
@@ -212,12 +254,17 @@ def run(args: argparse.Namespace) -> int:
     )
 
     image_job = None
-    if args.image:
+    if args.image is not None:
         image_job = _ImageJob(args, read_image_plan(args.image))
         labels = image_job.labels
 
     created = not out_dir.exists()
     check_out_dir(out_dir)  # before the first request (and before an image is started)
+    try:
+        held.enter_context(writer_lock(out_dir))
+    except UsageError:
+        _remove_created(out_dir, created)
+        raise
     try:
         results, kept = open_results(out_dir, _settings(args, prompt_set), baseline=args.baseline, fresh=args.fresh)
         if args.min_speedup is not None:
@@ -228,9 +275,8 @@ def run(args: argparse.Namespace) -> int:
                     f"measure {args.baseline!r} first (--label {args.baseline}) or use --image --modes baseline,..."
                 )
     except UsageError:
-        if created:  # a mistake leaves no empty results directory behind
-            with contextlib.suppress(OSError):
-                out_dir.rmdir()
+        held.close()  # the lock file goes with the directory
+        _remove_created(out_dir, created)
         raise
     if kept:
         kept_now = [k for k in kept if k not in labels]
@@ -243,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
             runner.measure_label(endpoint, label, results, out_dir, prompt_set, run_plan)
         else:
             image_job.run(results, out_dir, prompt_set, run_plan)
-    except BaseException:
+    except BaseException as exc:
         # Keep what was measured: bench.json (already saved after each run), bench.md and bench.png.
         for label in results.labels.values():
             if label.status == "running":
@@ -251,13 +297,18 @@ def run(args: argparse.Namespace) -> int:
         if any(label.runs or label.error for label in results.labels.values()):
             with contextlib.suppress(Exception):  # never hide the real error behind a report error
                 report.write(results, out_dir)
+        if isinstance(exc, SaveFailed):
+            raise _unsaved(results, exc) from None
         raise
 
     gate_failed = None
     if args.min_speedup is not None:
         only = [image_job.best] if image_job and image_job.grid_points and image_job.best else None
         gate_failed = _gate(results, args.min_speedup, METRICS[args.speedup_metric], only)
-    paths = report.write(results, out_dir)
+    try:
+        paths = report.write(results, out_dir)
+    except SaveFailed as exc:
+        raise _unsaved(results, exc) from None
     _print_summary(results)
     print("wrote " + ", ".join(str(p) for p in paths))
     if gate_failed:
@@ -265,6 +316,24 @@ def run(args: argparse.Namespace) -> int:
     if image_job and image_job.failures:
         raise CheckFailed(image_job.failures[0])
     return 0
+
+
+def _unsaved(results: Results, exc: SaveFailed) -> SaveFailed:
+    """A full disk under --out: what bench.json would hold goes to stdout, and one line says so (exit 1)."""
+    print(json.dumps(results.to_dict(), indent=2))
+    runs = sum(len(label.runs) for label in results.labels.values())
+    return SaveFailed(
+        f"{exc}: bench.json keeps the runs saved before; all {runs} finished runs are printed above as "
+        "bench.json would hold them"
+    )
+
+
+def _remove_created(out_dir: Path, created: bool) -> None:
+    """A mistake leaves no empty results directory behind (nor its lock file)."""
+    if created:
+        with contextlib.suppress(OSError):
+            (out_dir / LOCK_NAME).unlink(missing_ok=True)
+            out_dir.rmdir()
 
 
 def _gate(results: Results, minimum: float, figure: str, only: list[str] | None) -> str | None:

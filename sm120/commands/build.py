@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .. import bases, build_context, buildx
+from .. import bases, build_args, build_context, buildx, image_ref
 from .. import config as cfg
 from .. import plan as planmod
 from ..cli import add_config_args, add_machine_args
@@ -87,12 +87,31 @@ def build_jobs_file(plan: planmod.Plan, directory: Path) -> Path:
     return path
 
 
+def check_arguments(args: argparse.Namespace, dockerfile: Path) -> None:
+    """build's own arguments, before anything runs (the bases, buildx): one line naming the bad value."""
+    for tag in args.tag:
+        image_ref.check_reference(tag, "--tag")
+    if args.registry is not None:
+        image_ref.check_registry(args.registry)
+    if args.target is not None:
+        try:
+            text = dockerfile.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{dockerfile}: cannot read it ({exc.strerror or exc})") from None
+        image_ref.check_target(args.target, build_args.stages(text))
+    for spec in args.cache_from:
+        image_ref.check_cache(spec, "--cache-from")
+    for spec in args.cache_to:
+        image_ref.check_cache(spec, "--cache-to")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.push_by_digest and not args.registry:
         raise UsageError("--push-by-digest needs --registry (the repository to push to, e.g. ghcr.io/OWNER)")
     if args.push_by_digest and args.tag:
         raise UsageError("--push-by-digest pushes no tag: tag the verified digest with docker buildx imagetools create")
     config = cfg.load(args.config)
+    check_arguments(args, ROOT / "Dockerfile")
     plan = planmod.load_plan(
         config,
         profile=args.profile,

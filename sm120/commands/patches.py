@@ -12,9 +12,12 @@ import argparse
 import json
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
 
 from .. import config as cfg
 from .. import patch_engine, patching, pypi
@@ -120,7 +123,9 @@ def run_apply(args: argparse.Namespace) -> int:
             raise UsageError(f"--source {source}: no such directory")
         patching.verify_tree(source, version)
         in_place = dest.exists() and dest.resolve() == source.resolve()
-        if not in_place:
+        if in_place:
+            _check_writable(dest)
+        else:
             _fresh_dest(dest)
             # Check against the source before copying anything: a conflict leaves no half-made tree behind.
             _report(version, patching.check(source, version, patches, root=config.root), verb="wrote", quiet=True)
@@ -137,9 +142,28 @@ def run_apply(args: argparse.Namespace) -> int:
 
 
 def _fresh_dest(dest: Path) -> None:
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise UsageError(f"--dest {dest}: exists and is not empty; give an empty or new folder (or --source = --dest)")
-    dest.mkdir(parents=True, exist_ok=True)
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"--dest {dest}: a file, not a folder; give an empty or new folder")
+    try:
+        if dest.exists() and any(dest.iterdir()):
+            raise UsageError(
+                f"--dest {dest}: exists and is not empty; give an empty or new folder (or --source = --dest)"
+            )
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--dest {dest}: cannot be created ({exc.strerror or exc}); give a writable folder") from None
+    _check_writable(dest)
+
+
+def _check_writable(dest: Path) -> None:
+    """The tree is written (or patched in place) only after the checks: a read-only --dest is found first."""
+    try:
+        with tempfile.TemporaryFile(dir=dest):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"--dest {dest}: cannot write into it ({exc.strerror or exc}); give a writable folder"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -147,10 +171,19 @@ def _fresh_dest(dest: Path) -> None:
 
 def matrix(config: Config, since: str = MATRIX_FLOOR) -> dict[str, dict[str, patching.Result]]:
     """{version: {patch: Result}} for every final release >= since, every sglang patch in build.toml."""
-    pypi.parse_version(since)
+    try:
+        Version(since)
+    except InvalidVersion:
+        raise UsageError(f"--since {since!r} is not a version (like {MATRIX_FLOOR})") from None
     names = [name for name, patch in config.patches.items() if patch.component == "sglang"]
     patches = [(name, config.patches[name]) for name in names]
     releases = pypi.final_releases(since)
+    if not releases:
+        newest = pypi.final_releases(MATRIX_FLOOR)
+        raise UsageError(
+            f"--since {since}: no final SGLang release on PyPI is that new"
+            + (f" (the newest is {newest[-1]}; give --since {newest[-1]} or older)" if newest else "")
+        )
     out: dict[str, dict[str, patching.Result]] = {}
     for i, version in enumerate(releases, 1):
         started = time.monotonic()

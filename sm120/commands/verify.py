@@ -7,8 +7,13 @@ the last line), 2 for bad input (no such image, no Docker Engine, an image witho
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import tempfile
 from pathlib import Path
 
+from .. import image_ref
+from ..errors import UsageError
 from ..verify import runner
 
 
@@ -28,6 +33,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_junit(path: Path | None) -> None:
+    """--junit must be a file this user can write: found before the suite runs, not after it."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UsageError(f"--junit {path}: a directory; give a file name, e.g. {path / 'verify.xml'}")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UsageError(f"--junit {path}: {path.parent} is a file, not a folder; give a writable path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".verify-probe-"):
+            pass
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, "Permission denied")
+    except OSError as exc:
+        raise UsageError(f"--junit {path}: cannot be written ({exc.strerror or exc}); give a writable path") from None
+
+
 def run(args: argparse.Namespace) -> int:
+    image_ref.check_reference(args.image, "--image", allow_id=True)
+    check_junit(args.junit)
     extra_env = {"SM120_VERIFY_GPUS": args.gpus} if args.gpus else {}
     return runner.run(args.image, junit=args.junit, select=args.select, verbose=args.verbose, extra_env=extra_env)

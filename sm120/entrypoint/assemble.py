@@ -77,10 +77,12 @@ INTEGERS: dict[str, tuple[int, int | None]] = {
     "--speculative-num-draft-tokens": (2, None),
 }
 _HOST = re.compile(r"^[A-Za-z0-9._:%\[\]-]+$")
-_ADDR = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]+)$")
 # What SGLang's int() and the HEALTHCHECK's URL both read the same way: ASCII digits (int() also takes '+5',
 # ' 5', '5_0' and other scripts' digits, which the HEALTHCHECK's URL and a person reading the log do not).
 _DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
+# No option here takes a number of more digits: a longer one is out of range before it is converted (CPython's
+# int() refuses more than 4300 digits, and a 4000-digit TP would make a 4000-character error line).
+MAX_DIGITS = 9
 
 
 def _env(environ: Mapping[str, str], name: str) -> str | None:
@@ -106,6 +108,12 @@ def build(
             if preset is not None and option:
                 cmd.put(Item([option, str(preset)], f"preset {mode_name}"))
 
+    port_text = environ.get("PORT")
+    if port_text is not None and not port_text.strip():  # the HEALTHCHECK would probe http://127.0.0.1:/health
+        raise UsageError(
+            f"PORT={show(port_text)} is empty: the image's HEALTHCHECK reads PORT and would probe port 80",
+            f"unset PORT (the image's default is {spec.port}) or give the port, e.g. PORT={spec.port}",
+        )
     for var in VARIABLES:
         value = _env(environ, var.name)
         if value is None or var.option is None:
@@ -134,15 +142,54 @@ def build(
 
 
 def _host_ok(value: str) -> bool:
-    """A name or an address SGLang (uvicorn) can bind: dotted digits must be an IPv4 address, ':' an IPv6 one."""
-    if not _HOST.match(value):
+    """A name or an address SGLang (uvicorn) can bind: dotted digits must be an IPv4 address, ':' an IPv6 one.
+
+    No brackets: uvicorn hands the host to getaddrinfo(), which takes `::1` but not `[::1]` (SGLang itself
+    brackets an IPv6 host where it builds a URL)."""
+    if not _HOST.match(value) or "[" in value or "]" in value:
         return False
     if re.fullmatch(r"[0-9.]+", value) or ":" in value:
         try:
-            ipaddress.ip_address(value.strip("[]"))
+            ipaddress.ip_address(value)
         except ValueError:
             return False
     return not value.startswith(("-", ".")) and ".." not in value
+
+
+def _host_problem(item: Item) -> UsageError:
+    value = item.value or ""
+    inner = value[1:-1] if value.startswith("[") and value.endswith("]") else None
+    if inner is not None and _host_ok(inner) and ":" in inner:
+        return UsageError(
+            f"{item.label()}: an IPv6 address in brackets cannot be bound (uvicorn takes it without them)",
+            f"allowed: e.g. {inner}, ::, 0.0.0.0 (brackets belong in URLs and DIST_INIT_ADDR=[addr]:port only)",
+        )
+    return UsageError(f"{item.label()} is not a host name or address", "allowed: e.g. 0.0.0.0, ::, 10.0.0.5")
+
+
+def dist_addr_problem(value: str) -> str | None:
+    """Why a --dist-init-addr value cannot work, or None. SGLang reads `host:port` (split at ':') or
+    `[ipv6]:port` (server_args.py and its configure_ipv6): the host is a name (a Kubernetes leader such as
+    sglang-0.sglang.default), an IPv4 address or a bracketed IPv6 one; the port as PORT is read."""
+    if value.startswith("["):
+        host, sep, port = value[1:].partition("]:")
+        if not sep or ":" not in host:
+            return "an IPv6 node 0 is written [address]:port"
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return f"{show(host)} is not an IPv6 address"
+    else:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host:
+            return "no host before a ':port'"
+        if ":" in host:
+            return "an IPv6 node 0 is written in brackets, [address]:port"
+        if not _host_ok(host):
+            return f"{show(host)} is not a host name or an IPv4 address (each of 4 parts 0-255, no leading zeros)"
+    if not _DECIMAL.fullmatch(port) or port.startswith("-") or len(port) > 5 or not 1 <= int(port) <= 65535:
+        return f"the port {show(port)} is not a port (1 to 65535 in ASCII digits, no leading zeros)"
+    return None
 
 
 def _integer(item: Item) -> int:
@@ -156,6 +203,8 @@ def _integer(item: Item) -> int:
             f"{item.label()} is not an integer written in plain ASCII digits",
             f"allowed: {allowed} (0-9 only: no sign, spaces, leading zeros or other digits)",
         )
+    if len(value.lstrip("-")) > MAX_DIGITS:
+        raise UsageError(f"{item.label()} is out of range", f"allowed: {allowed} (at most {MAX_DIGITS} digits)")
     number = int(value)
     if number < low or (high is not None and number > high):
         raise UsageError(f"{item.label()} is out of range", f"allowed: {allowed}")
@@ -190,7 +239,7 @@ def effective(cmd: Command, spec: EntrypointSpec, mode_name: str, log: Log) -> E
 
     host = cmd.last("--host")
     if host is not None and not _host_ok(host.value or ""):
-        raise UsageError(f"{host.label()} is not a host name or address", "allowed: e.g. 0.0.0.0, ::, 10.0.0.5")
+        raise _host_problem(host)
 
     tp, pp = ints.get("--tp-size", 1), ints.get("--pp-size", 1)
     nnodes, node_rank = ints.get("--nnodes", 1), ints.get("--node-rank", 0)
@@ -198,9 +247,12 @@ def effective(cmd: Command, spec: EntrypointSpec, mode_name: str, log: Log) -> E
         raise UsageError(f"{cmd.last('--node-rank').label()} is out of range", f"allowed: 0 to {nnodes - 1} (NNODES)")
     addr = cmd.last("--dist-init-addr")
     if addr is not None:
-        match = _ADDR.match(addr.value or "")
-        if not match or not 1 <= int(match.group(2)) <= 65535:
-            raise UsageError(f"{addr.label()} is not host:port", "allowed: e.g. 10.0.0.1:5000 (node 0's address)")
+        problem = dist_addr_problem(addr.value or "")
+        if problem is not None:
+            raise UsageError(
+                f"{addr.label()} is not host:port ({problem})",
+                "allowed: host:port of node 0, e.g. 10.0.0.1:5000, sglang-0.sglang.default:5000, [fd00::1]:5000",
+            )
     elif nnodes > 1:
         raise UsageError(f"NNODES={nnodes} needs DIST_INIT_ADDR", "the host:port of node 0, the same on every node")
     if (tp * pp) % nnodes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 from collections.abc import Iterable
 from typing import TextIO
 
@@ -14,6 +15,26 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def one_line(text: str) -> str:
     """Text with its control characters escaped (a newline in a path must not make a second line)."""
     return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
+
+
+def int_digits_limit() -> int:
+    """CPython's limit on the digits int() converts (4300 since 3.11 and 3.10.7; 0 means none)."""
+    getter = getattr(sys, "get_int_max_str_digits", None)
+    return getter() if getter is not None else 0
+
+
+def long_number(text: str) -> str | None:
+    """'line N: a number of D digits' for the first number longer than int() converts (json and tomllib then
+    raise a bare ValueError, not their decode error), or None."""
+    limit = int_digits_limit()
+    if not limit:
+        return None
+    match = re.search("[0-9_]{" + str(limit + 1) + ",}", text)
+    if match is None:
+        return None
+    line = text.count("\n", 0, match.start()) + 1
+    digits = sum(c.isdigit() for c in match.group(0))
+    return f"line {line}: a number of {digits} digits (Python reads at most {limit}; no setting needs a tenth of that)"
 
 
 class UsageError(Exception):

@@ -74,7 +74,7 @@ def render(spec: EntrypointSpec | None, plan_error: UsageError | None) -> str:
             for key in ("spec_num_steps", "spec_eagle_topk", "spec_num_draft_tokens"):
                 value = getattr(eagle, key)
                 fmt[key] = value if value is not None else "SGLang's choice; all three or none"
-    out.append("environment variables (each checked; an empty value counts as unset):")
+    out.append("environment variables (each checked; an empty value counts as unset, except PORT, which is refused):")
     for var in VARIABLES:
         try:
             text = var.help.format(**fmt)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -64,18 +65,40 @@ def _shell_line(argv: list[str], env: Mapping[str, str]) -> str:
     return " ".join([*(f"{k}={quote(v)}" for k, v in env.items()), *(quote(a) for a in argv)])
 
 
+def _check_quantization(target: models.Model, installed: sglang_source.InstalledSGLang | None) -> None:
+    """A quant_method the installed SGLang does not know stops it in ModelConfig, minutes into the start."""
+    method = models.raw_quant_method(target)
+    known = installed.quantization_methods() if installed is not None else frozenset()
+    if method is None or not known or method in known or models.quantization(target) in known:
+        return
+    who = f"SGLang {installed.version}" if installed is not None and installed.version else "the installed SGLang"
+    raise UsageError(
+        f"{target.label}: config.json's quant_method {method!r} is no quantization {who} knows "
+        "(it would stop at start)",
+        f"known: {', '.join(sorted(known)[:10])}, ...: use a checkpoint in one of them",
+    )
+
+
 def _check_models(
     effective: assemble.Effective,
     installed: sglang_source.InstalledSGLang | None,
     spec: EntrypointSpec,
     log: Log,
+    attn_tp: int | None = None,
+    user_quantization: bool = False,
 ) -> models.Model:
     target = models.open_model(effective.model)
     log.note(f"target model: {models.describe(target)}")
+    if attn_tp is not None:
+        models.check_heads(target, attn_tp, "target")
+    if not user_quantization:
+        _check_quantization(target, installed)
     if effective.speculative != "EAGLE3" or effective.draft is None:
         return target
     draft = models.open_model(effective.draft)
     arch = models.check_drafter(draft)
+    if attn_tp is not None:
+        models.check_heads(draft, attn_tp, "drafter")
     log.note(f"EAGLE-3 drafter: {models.describe(draft)}")
     for warning in models.check_pair(target, draft):
         log.warn(warning)
@@ -107,6 +130,29 @@ def _check_models(
         if missing is None:
             log.note(f"could not tell from SGLang's source whether {target.architecture} supports EAGLE-3")
     return target
+
+
+def _check_config_file(cmd: options.Command) -> None:
+    """SGLang's --config YAML is read by its parser: a FIFO there would hold the check (and the start) forever."""
+    item = cmd.last("--config")
+    if item is None or not item.value:
+        return
+    try:
+        st = os.stat(item.value)
+    except OSError:
+        return  # missing or unreadable: SGLang's parser names it
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode) else "not a file"
+        raise UsageError(f"{item.label()}: {kind}, not a YAML file", "give SGLang's --config a regular YAML file")
+
+
+def _check_listen(cmd: options.Command) -> None:
+    """The address SGLang will listen on is free (the values are already validated by assemble.effective)."""
+    host, port = cmd.last("--host"), cmd.last("--port")
+    if host is None or port is None or not host.value or not port.value:
+        return
+    what = port.label() if port.source != "default" else f"{host.label()}, port {port.value}"
+    preflight.check_port(host.value, int(port.value), what)
 
 
 def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
@@ -159,7 +205,8 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         log.warn(f"{port.label()}: the image's HEALTHCHECK reads PORT; set PORT={port.value} instead of --port")
     if installed is not None and installed.version and installed.version != spec.sglang_version:
         log.warn(f"the installed SGLang is {installed.version}, the presets are for {spec.sglang_version}")
-    target = _check_models(effective, installed, spec, log)
+    attn_tp = None if cmd.has("--enable-dp-attention") else effective.tp  # DP attention splits the heads otherwise
+    target = _check_models(effective, installed, spec, log, attn_tp, cmd.has("--quantization"))
     rules.apply(spec, cmd, effective, models.quantization(target), target.path is not None, installed, environ, log)
     rules.left_out(spec, cmd, log)
     if not request.dry_run:  # the machine's checks are cheap: before SGLang's parser, which takes seconds to import
@@ -171,9 +218,11 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         preflight.check_gpus(gpus, effective.gpus_per_node, what, spec.cuda_archs, log)
         preflight.check_shm(effective.gpus_per_node, log)
         preflight.check_caches(environ.get("SM120_CACHE_DIR") or spec.cache_dir, environ, log)
+        _check_listen(cmd)
     relied_on = set(options.RELIED_ON) | set(assemble.INTEGERS)
     relied_on |= {options.canonical(a) for r in spec.runtime for a in r.args if options.is_option(a)}
     relied_on |= {options.canonical(a) for r in spec.left_out for a in r.args if options.is_option(a)}
+    _check_config_file(cmd)
     outcome = parser_check.check(cmd, installed is not None, environ, log, relied_on)
     final = _sglang(cmd.argv())
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError, show
+from .errors import UsageError, long_number, show
 from .options import Item
 
 # A Hugging Face repo id ("org/name") that is not a local path: SGLang downloads it; nothing to check here.
@@ -128,6 +128,9 @@ def _read_config(config_file: Path, item: Item) -> dict[str, Any]:
         raise UsageError(f"{label}: config.json is not JSON ({exc.msg}, line {exc.lineno})") from None
     except RecursionError:
         raise UsageError(f"{label}: config.json is nested too deeply to be a model's config") from None
+    except ValueError as exc:  # a number longer than int() converts (json raises a bare ValueError for it)
+        where = long_number(data.decode("utf-8", errors="replace")) or str(exc)[:120]
+        raise UsageError(f"{label}: config.json is not a model's config ({where})") from None
     if not isinstance(config, dict):
         raise UsageError(
             f"{label}: config.json is not a JSON object (a {type(config).__name__})",
@@ -136,11 +139,53 @@ def _read_config(config_file: Path, item: Item) -> dict[str, Any]:
     return config
 
 
+# Mount types that never hold a model (the mount table's pseudo file systems).
+_PSEUDO_FS = {"proc", "sysfs", "devpts", "mqueue", "cgroup", "cgroup2", "devtmpfs", "securityfs", "debugfs"}
+
+
+def mounted_dirs(mountinfo: str = "/proc/self/mountinfo") -> list[Path]:
+    """The mount points of this container other than / and the pseudo file systems (where -v puts models)."""
+    try:
+        text = Path(mountinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        fields = line.split(" ")
+        if len(fields) < 10 or "-" not in fields:
+            continue
+        fstype = fields[fields.index("-") + 1]
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        if point == "/" or fstype in _PSEUDO_FS or point.startswith(("/proc", "/sys", "/dev")):
+            continue
+        found.append(Path(point))
+    return found
+
+
+def _mounted_copy(value: str) -> Path | None:
+    """A model directory (with config.json) that a repo-id-looking relative path names under a mount."""
+    for root in mounted_dirs():
+        candidate = root / value
+        try:
+            if (candidate / "config.json").is_file():
+                return candidate
+        except OSError:
+            continue
+    return None
+
+
 def open_model(item: Item) -> Model:
     """The model at the item's path, exactly as SGLang will get it (no ~ expansion: there is no shell)."""
     value = item.value or ""
     path = Path(value)
     if not _exists(path, item) and not value.startswith(("/", ".", "~")) and _REPO_ID.match(value):
+        local = _mounted_copy(value)
+        if local is not None:  # SGLang would download the repo id instead of reading the mounted directory
+            raise UsageError(
+                f"{item.label()}: a relative path is read as a Hugging Face repo id (SGLang would download it), "
+                f"but {local} is a model directory",
+                f"give the full path: {local}",
+            )
         return Model(item, None, {})
     if not _exists(path, item):
         hint = "mount the model directory, e.g. -v /models:/models"
@@ -260,3 +305,29 @@ def describe(model: Model) -> str:
     if model.path is None:
         return f"{show(model.item.value)} (a Hugging Face repo id: SGLang downloads it; not checked here)"
     return f"{model.path} ({model.architecture or 'no architectures'})"
+
+
+def check_heads(model: Model, tp: int, role: str) -> None:
+    """SGLang splits the attention heads over the TP ranks (its linear layers assert that they divide): a TP
+    that does not divide num_attention_heads stops the server while it builds the model, after minutes."""
+    heads = model.text_value("num_attention_heads")
+    if model.path is None or isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or tp <= 1:
+        return
+    if heads % tp:
+        fits = [n for n in range(2, min(heads, 64) + 1) if heads % n == 0][:6]
+        raise UsageError(
+            f"TP {tp} does not divide the {role}'s {heads} attention heads ({model.label}: num_attention_heads)",
+            f"allowed TP sizes for it: 1, {', '.join(map(str, fits))}" + (", ..." if len(fits) == 6 else ""),
+        )
+
+
+def raw_quant_method(model: Model) -> str | None:
+    """config.json's quantization_config.quant_method as SGLang reads it (lower-cased), or None."""
+    if model.path is None:
+        return None
+    for quant in [model.config.get("quantization_config")] + [
+        sub.get("quantization_config") for k in _TEXT_CONFIGS if isinstance(sub := model.config.get(k), Mapping)
+    ]:
+        if isinstance(quant, Mapping) and isinstance(quant.get("quant_method"), str):
+            return quant["quant_method"].lower()
+    return None

@@ -191,3 +191,11 @@ def check_spelling(cmd: Command, known: Collection[str], version: str | None) ->
             f"{item.label()}: {name} is {what}; the checks here would not see it",
             f"spell {whose}'s options in full, e.g. {longer[0]}" + (f" {item.value}" if item.value else ""),
         )
+
+
+def check_preset(args: list[str], source: str) -> None:
+    """What the entrypoint refuses in a preset at every start, checked on its args alone (for `build.py plan`, so
+    that no image is built that cannot start): a word where an option is expected, a second '--', an
+    abbreviation of an option the entrypoint knows (the installed SGLang's whole list is known only in the
+    image, where check_spelling runs again against it). Raises UsageError naming the source."""
+    check_spelling(Command(base=group(list(args), source)), (), None)

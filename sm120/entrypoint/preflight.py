@@ -10,7 +10,9 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import socket
 import stat
 import subprocess
 import tempfile
@@ -146,12 +148,31 @@ def visible_gpus(environ: Mapping[str, str]) -> list[Gpu]:
                 f"CUDA_VISIBLE_DEVICES={show(visible)}: not GPU indices or UUIDs",
                 "allowed: ASCII GPU indices or UUIDs, comma-separated, e.g. 0,1",
             )
+        twice = _named_twice(wanted)
+        if twice is not None:
+            raise UsageError(
+                f"CUDA_VISIBLE_DEVICES={show(visible)} names GPU {twice} twice",
+                "list each GPU once, e.g. 0,1 (TP_SIZE counts GPUs: the same card twice is not two)",
+            )
         if all(w.isdigit() for w in wanted):
             by_index = {g.index: g for g in gpus}
             gpus = [by_index[int(w)] for w in wanted if int(w) in by_index]
         else:  # UUIDs or MIG names: count them
             gpus = gpus[: len(wanted)]
     return gpus
+
+
+def _named_twice(wanted: list[str]) -> str | None:
+    """The first GPU the list names twice (index 1 and 01 are the same GPU), or None."""
+    seen: set[str] = set()
+    for entry in wanted:
+        key = (entry.lstrip("0") or "0") if entry.isdigit() else entry.lower()
+        if len(key) > 9 and entry.isdigit():
+            raise UsageError(f"CUDA_VISIBLE_DEVICES: {show(entry)} is not a GPU index", "allowed: e.g. 0,1")
+        if key in seen:
+            return entry
+        seen.add(key)
+    return None
 
 
 def check_gpus(gpus: list[Gpu], needed: int, what: str, cuda_archs: list[str], log: Log) -> None:
@@ -240,3 +261,38 @@ def check_caches(cache_dir: str, environ: Mapping[str, str], log: Log) -> None:
                 f"directory for uid {uid}, or run the container with --user of the directory's owner",
             )
     log.note(f"JIT caches: {cache_dir} is writable")
+
+
+def check_port(host: str, port: int, what: str) -> None:
+    """SGLang's HTTP server can bind host:port here; uvicorn binds it only after the model load, so a port that
+    is taken, or a host that is no address of this container, costs the whole load. `what` names the source."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(
+            f"{what}: the host {host!r} does not resolve here ({getattr(exc, 'strerror', None) or exc})",
+            "give an address of this container, e.g. HOST=0.0.0.0 (every interface)",
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UsageError(
+                    f"{what}: port {port} on {host} is already in use (another server in this container or, "
+                    "with --network host, on the host)",
+                    "stop it, or set PORT to a free port",
+                ) from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise UsageError(
+                    f"{what}: {host} is not an address of this container, so SGLang cannot listen on it",
+                    "allowed: 0.0.0.0 or :: (every interface), or one of the container's own addresses",
+                ) from None
+            if exc.errno == errno.EACCES:
+                raise UsageError(
+                    f"{what}: uid {os.getuid()} may not listen on port {port} (a port below 1024 needs privileges)",
+                    "set PORT to 1024 or above (the image's default is fine), or run with --user 0:0",
+                ) from None
+            raise UsageError(f"{what}: cannot listen on {host}:{port} ({exc.strerror or exc})") from None

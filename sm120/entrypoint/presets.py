@@ -7,12 +7,14 @@ another file (tests). Both the whole plan and its `entrypoint` object alone are 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import spec
-from .errors import ImageError, UsageError, show
+from .errors import ImageError, UsageError, long_number, show
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ def load(environ: Mapping[str, str]) -> Presets:
     label = f"SM120_PLAN={show(chosen)}" if chosen else f"the image's plan {path}"
     error = UsageError if chosen else ImageError
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would hold the entrypoint forever
+            raise error(f"{label}: not a regular file", "it is written at build time by `build.py plan --json`")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise error(f"{label}: no such file", "it is written at build time by `build.py plan --json`") from None
@@ -41,3 +45,5 @@ def load(environ: Mapping[str, str]) -> Presets:
         raise error(f"{label}: nested too deeply to be a plan") from None
     except spec.SpecError as exc:
         raise error(f"{label}: {exc}", "expected the output of `build.py plan --json`") from None
+    except ValueError as exc:  # a number longer than int() converts: json raises a bare ValueError
+        raise error(f"{label}: not a plan ({long_number(text) or str(exc)[:120]})") from None

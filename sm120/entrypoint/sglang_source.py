@@ -101,6 +101,33 @@ class InstalledSGLang:
             self._options = frozenset(found) if {"--model-path", "--tp-size", "--port"} <= found else frozenset()
         return self._options
 
+    def quantization_methods(self) -> frozenset[str]:
+        """The names SGLang's QUANTIZATION_METHODS takes (srt/layers/quantization/__init__.py: the keys of the
+        BASE_QUANTIZATION_METHODS literal and of every .update({...}) of it); empty when they cannot be read."""
+        text = self._read(self.package / "srt" / "layers" / "quantization" / "__init__.py")
+        try:
+            tree = ast.parse(text or "")
+        except (SyntaxError, ValueError, RecursionError):
+            return frozenset()
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            literal = None
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Name) and t.id == "BASE_QUANTIZATION_METHODS" for t in targets):
+                    literal = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                owner = node.func.value
+                if (
+                    node.func.attr == "update"
+                    and isinstance(owner, ast.Name)
+                    and owner.id == "BASE_QUANTIZATION_METHODS"
+                ):
+                    literal = node.args[0]
+            if isinstance(literal, ast.Dict):
+                found.update(k.value for k in literal.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+        return frozenset(found) if {"fp8", "modelopt_fp4"} <= found else frozenset()
+
     def entry_classes(self, path: Path) -> list[str]:
         """The class names a model file's `EntryClass` names (what SGLang's registry takes from it)."""
         text = self._read(path) or ""

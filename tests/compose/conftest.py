@@ -36,6 +36,7 @@ NO_GPU = HERE / "no-gpu.yaml"
 STANDIN = HERE / "standin.yaml"
 STACK_FILES = [COMPOSE_FILE, NO_GPU, STANDIN]  # what pytest-docker brings up
 SERVICE = "sglang"
+CHECK = "check"  # compose.yaml's one-shot --dry-run of the same request, before `sglang` starts
 
 # `NAME=value` or `# NAME=value`: a value is one word or one quoted string (prose such as "# set X=1 to ..." is not).
 _ASSIGNMENT = re.compile(r"""^\s*(?:#\s*)?([A-Z][A-Z0-9_]*)=("[^"]*"|'[^']*'|[^\s"']*)\s*$""")

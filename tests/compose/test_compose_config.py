@@ -15,6 +15,7 @@ from sm120 import plan as planmod
 from sm120.entrypoint import assemble, preflight
 from tests.compose.conftest import (
     _ASSIGNMENT,
+    CHECK,
     COMPOSE_FILE,
     ENV_EXAMPLE,
     NO_GPU,
@@ -69,7 +70,7 @@ def not_passed_section() -> set[str]:
 
 def test_compose_config_accepts_the_file_with_the_example_env(compose, tmp_path):
     data = resolved(compose, tmp_path)
-    assert list(data["services"]) == [SERVICE], "one service for the image"
+    assert sorted(data["services"]) == sorted([SERVICE, CHECK]), "one service for the image, and its check"
     svc = data["services"][SERVICE]
     example = example_assignments()
     assert svc["image"] == example["SGLANG_IMAGE"]
@@ -77,6 +78,23 @@ def test_compose_config_accepts_the_file_with_the_example_env(compose, tmp_path)
     assert svc["ipc"] == "host"
     assert svc["restart"] == "unless-stopped"
     assert "healthcheck" not in svc, "compose.yaml must leave the image's HEALTHCHECK alone"
+
+
+def test_a_start_the_entrypoint_refuses_is_checked_first_not_restarted_for_ever(compose, tmp_path):
+    """Issue 24: under `restart: unless-stopped` an exit-2 start (a MODE the entrypoint refuses) would restart
+    with Docker's back-off for ever. `check` runs the same request with --dry-run, once, and `sglang` starts only
+    after it passed: the same image, variables and mounts, no port, no GPU, no restart."""
+    services = resolved(compose, tmp_path, {"MODE": "eagle3", "TP_SIZE": "4"})["services"]
+    check, svc = services[CHECK], services[SERVICE]
+    assert svc["depends_on"] == {CHECK: {"condition": "service_completed_successfully", "required": True}}
+    assert svc["restart"] == "unless-stopped"
+    assert check["command"] == ["eagle3", "--dry-run"]
+    assert check["restart"] == "no"
+    for key in ("image", "environment", "volumes", "ipc"):
+        assert check[key] == svc[key], key
+    for key in ("ports", "deploy", "depends_on"):
+        assert key not in check, key
+    assert check["healthcheck"] == {"disable": True}
 
 
 def test_every_gpu_is_reserved(compose, tmp_path):

@@ -24,7 +24,7 @@ import requests
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120.verify import startup
-from tests.compose.conftest import COMPOSE_FILE, NO_GPU, ROOT, SERVICE, STACK_FILES, run_compose
+from tests.compose.conftest import CHECK, COMPOSE_FILE, NO_GPU, ROOT, SERVICE, STACK_FILES, run_compose
 
 PLAN = planmod.resolve(cfg.load(), profile="offline")
 HEALTH_TIMEOUT_S = 60
@@ -219,6 +219,26 @@ def test_eagle3_dry_run_through_compose_prints_the_command_from_the_env(compose,
     }
     assert {k: startup.option_value(args, k) for k in expected} == expected, lines[-1]
     assert "accepted by SGLang" in proc.stdout, proc.stdout[-800:]
+
+
+def test_a_mode_the_entrypoint_refuses_stops_up_and_never_starts_the_server(compose, settings, image, dc):
+    """Issue 24: `up` with MODE=turbo ends at compose.yaml's `check` (exit 2, its one line in the log); the server
+    container is created but never started, so `restart: unless-stopped` has nothing to restart."""
+    project = f"{settings.project}-bad-mode"
+    extra = {"CACHE_VOLUME": f"{project}-cache", "MODE": "turbo"}
+    files = [COMPOSE_FILE, NO_GPU]
+    try:
+        up = run_compose(compose, settings.env_file, files, project, "up", "-d", extra_env=extra)
+        logs = run_compose(compose, settings.env_file, files, project, "logs", "--no-color", CHECK, extra_env=extra)
+        states = {c.labels.get("com.docker.compose.service"): c.status for c in dc.containers.list(
+            all=True, filters={"label": f"com.docker.compose.project={project}"}
+        )}  # fmt: skip
+    finally:
+        run_compose(compose, settings.env_file, files, project, "down", "-v", extra_env=extra)
+    assert up.returncode != 0
+    assert 'service "check" didn\'t complete successfully: exit 2' in up.stderr, up.stderr[-1500:]
+    assert "unknown mode 'turbo'" in logs.stdout, logs.stdout[-1500:]
+    assert states == {CHECK: "exited", SERVICE: "created"}, states
 
 
 def test_compose_down_ends_it_by_sigterm_within_the_grace_period(stack, compose, settings, dc):

@@ -57,6 +57,10 @@ class Behaviour:
     stall_for: float = 30.0
     # The last chunk's figures as JSON's NaN / Infinity (Python's json writes them).
     nonfinite: bool = False
+    # The Nth /generate request (or /health) answered with its status line and headers one byte every
+    # `stall_every` s, never finished (for at most `stall_for` s): no per-read timeout ever fires.
+    drip_headers_on_request: int | None = None
+    drip_health: bool = False
 
 
 class _Server(ThreadingHTTPServer):
@@ -140,8 +144,26 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _drip(self) -> None:
+            """Headers a byte at a time, never ending them (a header line under http.client's 64 KiB limit)."""
+            b = standin.behaviour
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Slow: " + b"a" * 60000
+            end = time.monotonic() + b.stall_for
+            try:
+                for i in range(len(head)):
+                    if time.monotonic() > end:
+                        break
+                    self.wfile.write(head[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(b.stall_every)
+            except OSError:  # the client gave up
+                pass
+            self.close_connection = True
+
         def do_GET(self) -> None:
-            if self.path in ("/health", "/health_generate"):
+            if self.path in ("/health", "/health_generate") and standin.behaviour.drip_health:
+                self._drip()
+            elif self.path in ("/health", "/health_generate"):
                 self.send_response(standin.behaviour.health_status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -188,6 +210,9 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
                 standin.requests += 1
                 number = standin.requests
                 standin.bodies.append(body)
+            if number == b.drip_headers_on_request:
+                self._drip()
+                return
             params = body.get("sampling_params") or {}
             max_new = int(params.get("max_new_tokens", 128))
             total = max_new if b.natural_tokens is None or params.get("ignore_eos") else min(max_new, b.natural_tokens)

@@ -5,6 +5,10 @@ Every run of `entrypoint.py [MODE] --dry-run [-- ARGS]` with the stand-in SGLang
   of the entrypoint's own check, from what a shell makes of that line), or
 - exits 2 with one to three lines on stderr, the first `entrypoint: error: ...`, and no traceback.
 
+Issue 24 adds numbers (past int()'s 4300 digits, out of range, leading zeros) and addresses (bracketed hosts,
+octets, node-0 addresses as Kubernetes names them), and checks on every exit 0 that the host, the node-0
+address and the numbers can work (judged here, not by the entrypoint).
+
 Bounded: 100 examples by default (SM120_FUZZ_EXAMPLES changes it), derandomized so CI runs are repeatable
 (SM120_FUZZ_RANDOM=1 explores new inputs);
 about 12-20 s on 2 cores. Each example is one entrypoint process (and its parser child).
@@ -15,7 +19,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import ipaddress
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -44,10 +50,37 @@ TEXT = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
     max_size=12,
 )
+BIG = "1" + "0" * 5000  # past CPython's 4300-digit int() limit (issue 24)
 NUMBERS = st.one_of(
     st.integers(-3, 70000).map(str),
     st.sampled_from(["1", "2", "8", "0", "+1", " 2", "2 ", "1_0", "0x2", "٣", "２", "1e1", "nan", "", " "]),
+    st.sampled_from([BIG, "-" + BIG, "1234567890", "99999999999999999999", "00", "08", "65536", "1e309"]),
+    st.integers(0, 4400).map(lambda n: "7" * n),  # any length, up to past the limit
     TEXT,
+)
+# Addresses (issue 24): bracketed forms, octets, ports with leading zeros, names as Kubernetes gives them.
+HOSTS = st.sampled_from(
+    ["[::1]", "[::]", "[0.0.0.0]", "::1]", "[::1", "a[b]", "fe80::1%eth0", "256.1.1.1", "010.0.0.1", "::", "h-1.x"]
+)
+DIST_ADDRS = st.one_of(
+    st.sampled_from(
+        [
+            "300.1.1.1:5000",
+            "10.0.0.256:5000",
+            "010.0.0.1:5000",
+            "10.0.0.1:05000",
+            "10.0.0.1:65536",
+            "[::g]:5000",
+            "[fd00::1]",
+            "fd00::1:5000",
+            "[10.0.0.1]:5000",
+            "sglang-0.sglang.default:5000",
+            "[fd00::1]:5000",
+            ":5000",
+            "h:" + BIG,
+        ]
+    ),
+    st.tuples(HOSTS, NUMBERS).map(lambda t: f"{t[0]}:{t[1]}"),
 )
 OPTIONS = [
     "--tp-size",
@@ -79,6 +112,8 @@ OPTIONS = [
 VALUES = st.one_of(
     NUMBERS,
     st.sampled_from(["EAGLE3", "EAGLE", "NEXTN", "triton", "flashinfer_cutlass", "0.8", "h:5000", "-1", "x y"]),
+    HOSTS,
+    DIST_ADDRS,
 )
 TOKENS = st.lists(st.one_of(st.sampled_from(OPTIONS), VALUES), max_size=6)
 
@@ -117,7 +152,7 @@ GOOD = {
     "HOST": ["0.0.0.0", "::"],
     "NNODES": ["1"],
     "NODE_RANK": ["0"],
-    "DIST_INIT_ADDR": ["10.0.0.1:5000"],
+    "DIST_INIT_ADDR": ["10.0.0.1:5000", "sglang-0.sglang.default:5000", "[fd00::1]:5000"],
     "SPEC_NUM_STEPS": ["1", "2", "3"],
     "SPEC_EAGLE_TOPK": ["1", "4"],
     "SPEC_NUM_DRAFT_TOKENS": ["4", "8", "16"],
@@ -133,8 +168,8 @@ def requests(draw: st.DrawFn, world: dict) -> tuple[list[str], dict[str, str]]:
     junk = {
         "MODEL_PATH": _paths(world),
         "DRAFT_MODEL_PATH": _paths(world),
-        "HOST": st.one_of(st.sampled_from(["127.0.0.1", "bad host", "::1", ""]), TEXT),
-        "DIST_INIT_ADDR": st.one_of(st.sampled_from(["h:0", "h:x", "[::1]:5", "h:٥"]), TEXT),
+        "HOST": st.one_of(st.sampled_from(["127.0.0.1", "bad host", "::1", ""]), HOSTS, TEXT),
+        "DIST_INIT_ADDR": st.one_of(st.sampled_from(["h:0", "h:x", "[::1]:5", "h:٥"]), DIST_ADDRS, TEXT),
         "EXTRA_ARGS": st.one_of(TOKENS.map(shlex.join), TEXT),
         "SKIP_RUNTIME_RULES": st.sampled_from(["nope", "all,nope", " "]),
     }
@@ -205,14 +240,40 @@ def test_the_entrypoint_keeps_its_contract_on_any_input(world):
         parser = _Parser(allow_abbrev=False)
         world["server_args"].add_cli_args(parser)
         try:
-            parser.parse_args(argv)
+            parsed = parser.parse_args(argv)
         except _Refused as exc:
             pytest.fail(f"exit 0, but SGLang's parser refuses {argv}: {exc}")
+        _addresses_and_numbers_can_work(parsed, argv)
 
     check()
     print(f"fuzz outcomes: {dict(outcomes)}")
     # Both halves of the contract were exercised: commands that start, and mistakes.
     assert outcomes[0] >= EXAMPLES // 20 and outcomes[2] >= EXAMPLES // 4, dict(outcomes)
+
+
+def _addresses_and_numbers_can_work(parsed: argparse.Namespace, argv: list[str]) -> None:
+    """What exit 0 promises, judged here independently of the entrypoint (issue 24): the host is one uvicorn can
+    bind (no brackets; digits-and-dots an IPv4 address), the node-0 address one SGLang can split, the numbers
+    short, the port as the HEALTHCHECK reads it."""
+    host = parsed.host
+    assert "[" not in host and "]" not in host, argv
+    if re.fullmatch(r"[0-9.]+", host) or ":" in host:
+        ipaddress.ip_address(host)
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "port", "nnodes", "node_rank"):
+        assert len(str(getattr(parsed, name))) <= 9, (name, argv)
+    assert 1 <= parsed.port <= 65535, argv
+    addr = parsed.dist_init_addr
+    if addr is None:
+        return
+    if addr.startswith("["):
+        inner, _, port = addr[1:].partition("]:")
+        ipaddress.IPv6Address(inner)
+    else:
+        name, _, port = addr.rpartition(":")
+        assert name and ":" not in name and "[" not in name, argv
+        if re.fullmatch(r"[0-9.]+", name):
+            ipaddress.IPv4Address(name)  # octets 0-255, four of them, no leading zeros
+    assert re.fullmatch(r"[1-9][0-9]{0,4}", port) and int(port) <= 65535, argv
 
 
 def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -257,3 +257,13 @@ def test_the_installed_option_list_is_read_from_server_args(sglang_python):
     else:  # options made from ServerArgs' dataclass fields: the entrypoint falls back to the ones it relies on
         text = (site / "sglang/srt/server_args.py").read_text()
         assert options == frozenset() and "add_cli_args_from_dataclass" in text
+
+
+@pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+def test_the_installed_quantization_list_is_read_from_its_registry(sglang_python):
+    """Issue 24: the quant_method check reads QUANTIZATION_METHODS' names from the installed files (the
+    BASE_QUANTIZATION_METHODS literal and its updates) without importing SGLang: the names checkpoints use."""
+    site = next(p for p in sglang_python.parent.parent.glob("lib/python*/site-packages") if (p / "sglang").is_dir())
+    names = InstalledSGLang(site / "sglang").quantization_methods()
+    assert {"fp8", "modelopt", "modelopt_fp4", "compressed-tensors", "awq", "gptq", "mxfp4"} <= names
+    assert "fp6_magic" not in names

@@ -135,3 +135,52 @@ def test_allreduce_sweep_is_a_mode_of_the_image(box, image):
         f"allreduce-sweep without a GPU exited {rc}: {stderr.strip()[-400:]}"
     )
     assert len(lines) <= 3 and "Traceback" not in stderr
+
+
+# Issue 24's classes in the image: numbers past int()'s digit limit, addresses, an empty PORT (what the image's
+# HEALTHCHECK reads), checked by the image's entrypoint with its own SGLang; a node-0 name as Kubernetes gives it.
+BIG = "1" + "0" * 5000
+ROUND3 = [
+    ("tp-5000-digits", {"TP_SIZE": BIG}, ["TP_SIZE='1000", "out of range"]),
+    ("host-bracketed", {"HOST": "[::1]"}, ["HOST='[::1]'", "in brackets cannot be bound"]),
+    ("dist-octet", {"NNODES": "2", "TP_SIZE": "2", "DIST_INIT_ADDR": "300.1.1.1:5000"}, ["'300.1.1.1'"]),
+    ("dist-port-zero", {"NNODES": "2", "TP_SIZE": "2", "DIST_INIT_ADDR": "h:05000"}, ["the port '05000'"]),
+    ("port-empty", {"PORT": ""}, ["PORT='' is empty", "HEALTHCHECK"]),
+]
+
+
+@pytest.mark.parametrize("env, says", [c[1:] for c in ROUND3], ids=[c[0] for c in ROUND3])
+def test_issue24_bad_input_in_the_image(env, says, box, image, models):
+    rc, _stdout, stderr = entrypoint(box, image, ["baseline", "--dry-run"], {**models, **env})
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert rc == 2, f"{env} exited {rc}: {stderr.strip()[-300:]}"
+    assert 1 <= len(lines) <= 3 and lines[0].startswith("entrypoint: error: "), stderr[-600:]
+    assert "Traceback" not in stderr and "internal error" not in stderr
+    for text in says:
+        assert text in stderr, f"the message does not mention {text!r}: {stderr.strip()[-300:]}"
+
+
+def test_issue24_a_kubernetes_node0_name_passes_in_the_image(box, image, models):
+    env = {**models, "NNODES": "2", "TP_SIZE": "2", "DIST_INIT_ADDR": "sglang-0.sglang.default:5000"}
+    rc, stdout, stderr = entrypoint(box, image, ["baseline", "--dry-run"], env)
+    assert rc == 0, stderr.strip()[-600:]
+    args = _command(stdout)
+    assert startup.option_value(args, "--dist-init-addr") == "sglang-0.sglang.default:5000"
+
+
+def test_issue24_brackets_are_what_the_images_server_cannot_bind(py):
+    """Why a bracketed HOST is refused: uvicorn's asyncio server resolves the host with getaddrinfo, which takes
+    127.0.0.1 but not [127.0.0.1] (in the image's Python, with its uvicorn's own loop call)."""
+    found = py(
+        "import asyncio, socket\n"
+        "async def bind(host):\n"
+        "    try:\n"
+        "        server = await asyncio.get_running_loop().create_server(asyncio.Protocol, host=host, port=0)\n"
+        "    except OSError as exc:\n"
+        "        return type(exc).__name__\n"
+        "    server.close()\n"
+        "    return 'bound'\n"
+        "import uvicorn\n"
+        "report({h: asyncio.run(bind(h)) for h in ('127.0.0.1', '[127.0.0.1]')})\n"
+    )
+    assert found == {"127.0.0.1": "bound", "[127.0.0.1]": "gaierror"}, found
