@@ -311,8 +311,8 @@ def main() -> None:
         spec = True
     behaviour = Behaviour(args.ttft, args.tok_s, burst, spec, jitter=args.jitter, seed=args.seed, api_key=args.api_key)
     standin = StandIn(behaviour, port=args.port, host=args.host)
-    print(f"stand-in SGLang args: {sys.argv[1:]}", flush=True)  # as SGLang logs its ServerArgs, the key included
     print(f"stand-in SGLang listening on {standin.url}" + (" (API key set)" if args.api_key else ""), flush=True)
+    print(f"stand-in SGLang args: {sys.argv[1:]}", flush=True)  # as SGLang logs its ServerArgs, the key included
     # As PID 1 of a container, SIGTERM (docker stop) has no default action: exit on it, as tini would make us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with contextlib.suppress(KeyboardInterrupt):
