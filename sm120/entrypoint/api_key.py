@@ -53,12 +53,15 @@ def _check_compatible(cmd: Command) -> None:
 
 def apply(cmd: Command, environ: Mapping[str, str], log: Log) -> key_file.ApiKey | None:
     """Refuse a key on a command line; read API_KEY_FILE into `--api-key MASK` (last), or warn when SGLang
-    would listen beyond loopback without a key. Returns the key, or None."""
+    would listen beyond loopback without a key (on node 0: only it serves HTTP; a --config may hold a key).
+    Returns the key, or None."""
     refuse_on_command_line(cmd)
     path = (environ.get(VARIABLE) or "").strip()  # empty counts as unset
     if not path:
         host = cmd.last("--host")
-        if host is not None and not key_file.is_loopback(host.value) and not cmd.has("--config"):
+        rank = cmd.value("--node-rank") or "0"
+        serves = not (rank.isdigit() and int(rank) > 0)  # SGLang's other nodes run no HTTP server
+        if host is not None and serves and not key_file.is_loopback(host.value) and not cmd.has("--config"):
             log.warn(
                 f"SGLang listens on {host.label()} with no API key: whoever reaches port {cmd.value('--port')} "
                 f"can use it; set {VARIABLE} (see --help)"

@@ -236,6 +236,13 @@ def test_no_key_beyond_loopback_is_one_warning_line(run, host, warned):
         )
 
 
+def test_no_warning_on_the_nodes_that_serve_no_http(run):
+    """SGLang's nodes of rank > 0 run schedulers only: the API (and its key) is node 0's."""
+    env = {"NNODES": "2", "DIST_INIT_ADDR": "10.0.0.1:5000"}
+    assert "with no API key" not in dry_run(run, NODE_RANK="1", **env).stderr
+    assert "with no API key" in dry_run(run, NODE_RANK="0", **env).stderr
+
+
 def test_help_lists_api_key_file(run):
     proc = run_entrypoint(["--help"], run["env"])
     assert proc.returncode == 0
