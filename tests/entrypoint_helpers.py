@@ -148,6 +148,8 @@ class ServerArgs:
         parser.add_argument("--moe-runner-backend", choices=["auto", "triton", "flashinfer_cutlass"], default="auto")
         parser.add_argument("--mem-fraction-static", type=float)
         parser.add_argument("--quantization")
+        parser.add_argument("--api-key")
+        parser.add_argument("--tokenizer-worker-num", type=int, default=1)
 """
 
 _LAUNCH_SERVER = """
@@ -162,8 +164,16 @@ def on_term(signum, frame):
 
 
 signal.signal(signal.SIGTERM, on_term)
+if os.environ.get("FAKE_SGLANG_LOG_ARGS"):  # as SGLang logs its ServerArgs at start-up, the key included
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="[fake] %(message)s", force=True)
+    logging.getLogger("fake").info("server_args=%r", sys.argv[1:])
+    print("stdout: " + " ".join(sys.argv[1:]), flush=True)
 record.write_text(json.dumps({
     "argv": sys.argv[1:],
+    "cmdline": pathlib.Path("/proc/self/cmdline").read_bytes().decode().split("\\0")[:-1],
+    "environ": pathlib.Path("/proc/self/environ").read_bytes().decode(errors="replace"),
     "pid": os.getpid(),
     "ppid": os.getppid(),
     "env": {k: os.environ.get(k) for k in ("SGLANG_ENABLE_JIT_DEEPGEMM", "SM120_TEST_ENV", "CUDA_VISIBLE_DEVICES")},

@@ -164,6 +164,37 @@ class RunFailed(Exception):
     """A request that did not finish: the server died, errored or aborted it."""
 
 
+class KeyRefused(CheckFailed):
+    """The server wants an API key, or another one (HTTP 401/403): exit status 2, like a missing flag."""
+
+    exit_code = 2
+
+
+AUTH_STATUSES = (401, 403)  # SGLang's key check (srt/utils/auth.py): 401 Unauthorized, 403 for admin routes
+
+
+def key_refused(session: requests.Session, endpoint: str, status: int, path: str) -> KeyRefused:
+    if "Authorization" in session.headers:
+        return KeyRefused(
+            f"SGLang at {endpoint} refuses the key from --api-key-file (HTTP {status} on {path}): "
+            "is it the key in the server's API_KEY_FILE?"
+        )
+    return KeyRefused(
+        f"SGLang at {endpoint} answered HTTP {status} on {path}: the server wants an API key: --api-key-file FILE"
+    )
+
+
+def check_access(session: requests.Session, endpoint: str, timeout_s: float = 30.0) -> None:
+    """Raise KeyRefused when GET /server_info (behind SGLang's key; /health is not) answers 401 or 403."""
+    try:
+        with session.get(f"{endpoint}/server_info", timeout=(CONNECT_TIMEOUT_S, timeout_s), stream=True) as resp:
+            status = resp.status_code
+    except requests.RequestException:
+        return  # /generate tells, with a clearer reason
+    if status in AUTH_STATUSES:
+        raise key_refused(session, endpoint, status, "/server_info")
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     max_tokens: int
@@ -444,6 +475,8 @@ def _measure(
         resp.close()
         raise RunFailed(watch.fired)
     with resp:
+        if resp.status_code in AUTH_STATUSES:
+            raise key_refused(session, endpoint, resp.status_code, "/generate")
         if resp.status_code != 200:
             try:
                 text = resp.text

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from ..docker_client import connect as docker_connect
 from ..docker_client import describe
+from ..entrypoint import key_file
 from ..errors import CheckFailed, UsageError
 from ..labels import namespace
 from .client import ServerUnreachable
@@ -35,6 +36,7 @@ def bench_label() -> str:
 
 
 MODELS_MOUNT = "/models"  # where --models DIR appears in the container (the README's `-v /models:/models`)
+KEY_MOUNT = "/run/secrets/api_key"  # where --api-key-file appears (read-only), named by API_KEY_FILE
 HEALTH_POLL_S = 2.0
 STOP_TIMEOUT_S = 30
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
@@ -55,6 +57,7 @@ class ContainerSpec:
     labels: dict[str, str] = field(default_factory=dict)
     entrypoint: list[str] | None = None  # None: the image's own (tests run a stand-in server instead)
     extra_volumes: dict[str, dict[str, str]] = field(default_factory=dict)
+    api_key_file: Path | None = None  # mounted read-only at KEY_MOUNT, API_KEY_FILE set: the key is in no env
 
     def recorded_env(self) -> dict[str, str]:
         """The environment as bench.json records it: secrets masked."""
@@ -213,6 +216,10 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
     volumes: dict[str, dict[str, str]] = {spec.cache_volume: {"bind": spec.cache_dir, "mode": "rw"}}
     if spec.models_dir is not None:
         volumes[str(spec.models_dir.resolve())] = {"bind": MODELS_MOUNT, "mode": "ro"}
+    environment = dict(spec.env)
+    if spec.api_key_file is not None:
+        volumes[str(spec.api_key_file.resolve())] = {"bind": KEY_MOUNT, "mode": "ro"}
+        environment[key_file.VARIABLE] = KEY_MOUNT
     volumes.update(spec.extra_volumes)
     name = f"{namespace()}-bench-{re.sub(r'[^a-zA-Z0-9_.-]', '-', spec.label)}-{os.getpid()}"
     container = None
@@ -226,7 +233,7 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
                     entrypoint=spec.entrypoint,
                     name=name,
                     detach=True,
-                    environment=spec.env,
+                    environment=environment,
                     device_requests=device_requests(spec.gpus),
                     ipc_mode="host",
                     volumes=volumes,

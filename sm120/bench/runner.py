@@ -10,6 +10,7 @@ from typing import TextIO
 import requests
 from tqdm import tqdm
 
+from ..entrypoint.key_file import ApiKey
 from ..errors import CheckFailed
 from . import client
 from .prompts import WARMUP, PromptSet
@@ -23,6 +24,7 @@ class RunPlan:
     sampling: client.SamplingSettings
     read_timeout_s: float
     deadline_s: float = client.DEFAULT_DEADLINE_S
+    api_key: ApiKey | None = None  # --api-key-file: sent as `Authorization: Bearer`; its repr is masked
 
 
 class Progress:
@@ -82,8 +84,11 @@ def measure_label(
     request, CheckFailed (exit 1) naming the run that failed; bench.json then holds every finished run."""
     own = session is None
     session = session or client.new_session()
+    if plan.api_key is not None:
+        session.headers["Authorization"] = f"Bearer {plan.api_key.value}"
     try:
         client.probe(session, endpoint)
+        client.check_access(session, endpoint)  # a missing or wrong key: exit 2 before the label starts
         label.server = client.server_info(session, endpoint)
         label.runs = []
         label.status, label.error = "running", None

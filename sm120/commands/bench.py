@@ -27,6 +27,7 @@ from ..bench import client, grid, report, runner
 from ..bench import prompts as prompts_mod
 from ..bench.results import BASELINE, LOCK_NAME, Label, Results, SaveFailed, open_results, writer_lock
 from ..cli import add_config_args, integer, non_negative_int, positive_float, positive_int
+from ..entrypoint import key_file
 from ..errors import CheckFailed, UsageError, suggest
 from ..plan_types import Plan
 from .plan import plan_from_args
@@ -78,6 +79,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=client.DEFAULT_DEADLINE_S,
         metavar="S",
         help="longest one request may take in all (default: %(default)s)",
+    )
+    m.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help="the server's API key (one line), sent as `Authorization: Bearer`; with --image also mounted "
+        "read-only into each container as its API_KEY_FILE",
     )
     m.add_argument("--out", metavar="DIR", default="bench-results", help="results directory (default: %(default)s)")
     m.add_argument("--fresh", action="store_true", help="drop the labels already in DIR/bench.json")
@@ -141,6 +148,16 @@ def check_out_dir(out_dir: Path) -> None:
         existing = out_dir / name
         if existing.exists() and not existing.is_file():
             raise UsageError(f"--out {out_dir}: {existing} is not a file")
+
+
+def read_api_key(path: str | None) -> key_file.ApiKey | None:
+    """--api-key-file: the key file's checks are the entrypoint's (sm120/entrypoint/key_file.py); never shown."""
+    if path is None:
+        return None
+    try:
+        return key_file.read(path)
+    except key_file.KeyFileError as exc:
+        raise UsageError(f"--api-key-file {path!r}: {exc.problem}" + (f"; {exc.hint}" if exc.hint else "")) from None
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -251,6 +268,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         sampling=sampling,
         read_timeout_s=args.timeout,
         deadline_s=args.request_timeout,
+        api_key=read_api_key(args.api_key_file),
     )
 
     image_job = None
@@ -405,6 +423,12 @@ class _ImageJob:
         if args.gpus not in ("all", "none") and not all(re.fullmatch(r"[0-9]+", g.strip()) for g in devices):
             raise UsageError(f"--gpus {args.gpus!r}: give all, none, or device numbers such as 0,1")
         self.env = _parse_env(args.env)
+        if key_file.VARIABLE in self.env:
+            raise UsageError(
+                f"--env {key_file.VARIABLE}=...: give --api-key-file FILE (bench mounts it into the container and "
+                "sends the key)"
+            )
+        self.api_key_file = Path(args.api_key_file) if args.api_key_file else None
         port = self.env.get("PORT", str(plan.image.port))
         if not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
             raise UsageError(f"--env PORT={port!r}: a port is 1 to 65535 in ASCII digits")
@@ -477,6 +501,7 @@ class _ImageJob:
             models_dir=self.models,
             gpus=self.args.gpus,
             health_timeout_s=self.args.health_timeout,
+            api_key_file=self.api_key_file,
         )
 
     def _measure(

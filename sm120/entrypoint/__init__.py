@@ -9,6 +9,9 @@ models         model directories: config.json, the EAGLE-3 drafter, NVFP4 detect
 sglang_source  what the installed SGLang has, read from its files without importing it
 rules          build.toml's runtime rules (what sm_120 needs) and the flags left out
 parser_check   the command parsed by SGLang's own CLI parser, in a child interpreter
+key_file       API_KEY_FILE's key: read and checked, never shown (also used by `build.py bench --api-key-file`)
+api_key        the key in the command (`--api-key ********`), the refusals, the warning, the exec through the launcher
+_with_api_key  the launcher: in SGLang's interpreter, adds --api-key=KEY to sys.argv and masks it on stdout/stderr
 preflight      GPUs (NVML or nvidia-smi), /dev/shm, the JIT cache directories
 main           the order of it all, and the exec
 """

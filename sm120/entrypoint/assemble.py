@@ -45,6 +45,13 @@ VARIABLES = [
     Variable("DIST_INIT_ADDR", "--dist-init-addr", "several machines: host:port of node 0"),
     Variable("EXTRA_ARGS", None, "more SGLang options, split like a shell line"),
     Variable("SKIP_RUNTIME_RULES", None, "runtime rules to leave out: names, comma-separated, or 'all'"),
+    # Not an option item: api_key.py reads the file and adds --api-key, masked, last (no key on a command line).
+    Variable(
+        "API_KEY_FILE",
+        None,
+        "file (a secret, e.g. /run/secrets/api_key) whose one line is SGLang's --api-key; shown as ********, "
+        "on no command line (--api-key itself is refused)",
+    ),
 ]
 # The eagle3 variables and the build.toml mode keys that hold their presets.
 SPEC_VARIABLES = {

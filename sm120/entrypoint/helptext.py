@@ -29,6 +29,9 @@ examples:
   docker run --gpus all --ipc=host -p 30000:30000 -v /models:/models \\
       -e MODEL_PATH=/models/Kimi-K2.5-NVFP4 -e DRAFT_MODEL_PATH=/models/Kimi-K2.5-eagle3 -e TP_SIZE=8 \\
       IMAGE eagle3 -- --mem-fraction-static 0.85
+  with an API key (clients send `Authorization: Bearer KEY`; /health stays open for the HEALTHCHECK):
+  docker run --gpus all --ipc=host -p 30000:30000 -v /models:/models -v /etc/sglang/key:/run/secrets/api_key:ro \
+      -e API_KEY_FILE=/run/secrets/api_key -e MODEL_PATH=/models/Kimi-K2.5-NVFP4 -e TP_SIZE=8 IMAGE baseline
 """
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from . import (
+    api_key,
     assemble,
     errors,
     helptext,
@@ -197,6 +198,7 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
             raise ImageError(f"cannot start {final[0]}: {exc.strerror or exc}") from None
 
     cmd = assemble.build(spec, request.mode, environ, request.sglang_args, log)
+    key = api_key.apply(cmd, environ, log)  # first: the checks below show values, and a key is never shown
     installed = sglang_source.locate()
     options.check_spelling(cmd, installed.options() if installed else (), installed.version if installed else None)
     effective = assemble.effective(cmd, spec, request.mode, log)
@@ -236,6 +238,8 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         print(_shell_line(final, cmd.env))
         return 0
 
+    if key is not None:
+        final = api_key.exec_argv(final[0], cmd)
     log.flush(sys.stderr)
     sys.stderr.write(f"[entrypoint] exec {_shell_line(final, cmd.env)}\n")
     sys.stderr.flush()

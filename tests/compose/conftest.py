@@ -1,6 +1,7 @@
 """The Compose suite (T2): compose.yaml and .env.example checked by `docker compose config`, then the real image
 brought up by pytest-docker with the test overrides (no-gpu.yaml: no GPU reservation; standin.yaml: the stand-in
-SGLang server in place of SGLang, a client service that waits for `service_healthy`).
+SGLang server in place of SGLang, started through the image's API-key launcher with the secret API_KEY_SECRET
+names, and a client service that waits for `service_healthy`).
 
     SM120_IMAGE=TAG .venv/bin/python -m pytest tests/compose      # ./dev test runs it in its T2 step
 
@@ -18,7 +19,7 @@ import shlex
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,7 @@ class Settings:
     values: dict[str, str]
     project: str
     models: Path
+    api_key: str = field(default="", repr=False)  # what the file API_KEY_SECRET names holds
 
     @property
     def port(self) -> int:
@@ -192,7 +194,25 @@ def models() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def settings(image, models, tmp_path_factory) -> Settings:
+def api_key_file() -> Iterator[tuple[Path, str]]:
+    """A key file (a fresh key each session) readable by the image's user: the secret API_KEY_SECRET names."""
+    import secrets
+    import shutil
+
+    top = Path(tempfile.mkdtemp(prefix="sm120-compose-key-"))
+    try:
+        key = secrets.token_hex(24)
+        path = top / "api-key"
+        path.write_text(key + "\n")
+        path.chmod(0o644)
+        top.chmod(0o755)
+        yield path, key
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def settings(image, models, api_key_file, tmp_path_factory) -> Settings:
     project = f"sm120-compose-{os.getpid()}"
     values = {
         "SGLANG_IMAGE": image,
@@ -210,10 +230,11 @@ def settings(image, models, tmp_path_factory) -> Settings:
         "SPEC_EAGLE_TOPK": "2",
         "SPEC_NUM_DRAFT_TOKENS": "8",
         "EXTRA_ARGS": "--mem-fraction-static 0.81 --max-running-requests 4",
+        "API_KEY_SECRET": str(api_key_file[0]),  # the stand-in, like SGLang with --api-key, then wants the key
     }
     env_file = tmp_path_factory.mktemp("compose") / "test.env"
     env_file.write_text(render_env(values))
-    return Settings(env_file, values, project, models)
+    return Settings(env_file, values, project, models, api_key_file[1])
 
 
 # ---------------------------------------------------------------------------------------------------------------

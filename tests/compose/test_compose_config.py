@@ -12,6 +12,7 @@ import pytest
 
 from sm120 import config as cfg
 from sm120 import plan as planmod
+from sm120.bench import docker_runner
 from sm120.entrypoint import assemble, preflight
 from tests.compose.conftest import (
     _ASSIGNMENT,
@@ -167,8 +168,32 @@ def test_the_example_lists_every_variable_the_entrypoint_reads(compose, tmp_path
     unexplained = sorted(names - passed - not_passed)
     assert not unexplained, f"compose.yaml does not pass {unexplained}, and .env.example does not say why"
     assignable = example_assignments()
-    lacking = sorted(passed - set(assignable))
+    lacking = sorted(passed - set(assignable) - computed_variables())
     assert not lacking, f"compose.yaml passes {lacking}, but .env.example has no NAME= line for them"
+
+
+def computed_variables() -> set[str]:
+    """What compose.yaml passes with a value made from another setting (API_KEY_FILE from API_KEY_SECRET): .env
+    sets that other one (test_the_example_sets_every_variable_compose_yaml_reads)."""
+    made = re.findall(r"^\s+([A-Z][A-Z0-9_]*): \$\{([A-Z][A-Z0-9_]*)", COMPOSE_FILE.read_text(), re.MULTILINE)
+    return {name for name, source in made if name != source}
+
+
+def test_the_api_key_secret_is_mounted_and_named_only_when_set(compose, tmp_path):
+    """API_KEY_SECRET set: the file is the secret api_key and API_KEY_FILE names where Compose mounts it (the
+    path bench --image uses too); unset: API_KEY_FILE empty (no key: the entrypoint warns), /dev/null unread."""
+    assert computed_variables() == {"API_KEY_FILE"}
+    unset = resolved(compose, tmp_path)
+    assert unset["services"][SERVICE]["environment"]["API_KEY_FILE"] == ""
+    assert unset["secrets"]["api_key"]["file"] == "/dev/null"
+    key = tmp_path / "api-key"
+    key.write_text("a-key-of-the-test-0123456789\n")
+    config = resolved(compose, tmp_path, {"API_KEY_SECRET": str(key)})
+    service = config["services"][SERVICE]
+    (secret,) = service["secrets"]
+    assert secret["source"] == "api_key" and config["secrets"]["api_key"]["file"] == str(key)
+    assert service["environment"]["API_KEY_FILE"] == secret["target"] == docker_runner.KEY_MOUNT
+    assert "a-key-of-the-test" not in json.dumps(config)
 
 
 def test_the_example_sets_every_variable_compose_yaml_reads():

@@ -1,7 +1,9 @@
 """The stack up (pytest-docker): compose.yaml with the test overrides, the real image, the stand-in SGLang server
-(tests/unit/bench_standin.py) in place of SGLang. The image's HEALTHCHECK turns it healthy, a client waits for
-that through `depends_on: condition: service_healthy`, `build.py bench --endpoint` measures through the
-published port, the cache volume is the image user's, `docker compose down` ends it by SIGTERM well within the
+(tests/unit/bench_standin.py) in place of SGLang, wanting the API key of the secret (like SGLang with
+--api-key). The image's HEALTHCHECK turns it healthy, a client waits for that through `depends_on: condition:
+service_healthy`, `build.py bench --endpoint --api-key-file` measures through the published port (without the
+key: one line, exit 2), the key is in no `docker inspect`, command line, environment or log, the cache volume
+is the image user's, `docker compose down` ends it by SIGTERM well within the
 stop grace period, and `eagle3 --dry-run` through Compose prints the command built from the .env values.
 
 The `down` check runs last (the module's order): the checks before it share the one stack.
@@ -23,6 +25,7 @@ import requests
 
 from sm120 import config as cfg
 from sm120 import plan as planmod
+from sm120.entrypoint import key_file
 from sm120.verify import startup
 from tests.compose.conftest import CHECK, COMPOSE_FILE, NO_GPU, ROOT, SERVICE, STACK_FILES, run_compose
 
@@ -90,9 +93,10 @@ def test_the_image_healthcheck_turns_the_service_healthy(stack, dc, image):
     state = stack.sglang.attrs["State"]["Health"]
     assert state["Status"] == "healthy"
     assert any(e["ExitCode"] == 0 for e in state["Log"]), state["Log"]
-    # The probe ran the image's command: python3 ... urlopen(http://127.0.0.1:$PORT/health).
+    # The probe ran the image's command: python3 ... urlopen(http://127.0.0.1:$PORT/health), which needs no key.
     top = stack.sglang.top(ps_args="-eo pid,args")["Processes"]
-    assert any(p[1].startswith("python3 /standin/bench_standin.py") and p[1].endswith(" eagle3") for p in top), top
+    launched = "python3 /opt/sglang-sm120/sm120/entrypoint/_with_api_key.py /standin/bench_standin.py"
+    assert any(p[1].startswith(launched) and p[1].endswith(" eagle3") for p in top), top
 
 
 def test_a_client_waits_for_service_healthy(stack):
@@ -112,8 +116,11 @@ def test_bench_measures_through_the_published_port(stack, docker_services, setti
     out = tmp_path / "bench"
     argv = [sys.executable, str(ROOT / "build.py"), "bench", "--endpoint", f"http://127.0.0.1:{published}"]
     argv += ["--label", "eagle3", "--out", str(out), "--runs", "2", "--warmup", "0", "--max-tokens", "25"]
+    argv += ["--api-key-file", settings.values["API_KEY_SECRET"]]  # the stand-in, like SGLang, wants the key
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+    written = "".join(p.read_text(errors="replace") for p in out.iterdir() if p.suffix in (".json", ".md"))
+    assert settings.api_key not in written + proc.stdout + proc.stderr
     runs = json.loads((out / "bench.json").read_text())["labels"]["eagle3"]["runs"]
     assert len(runs) == 2
     # The stand-in's eagle3 defaults: 350 ms to the first token, then bursts of 3 tokens at 80 tok/s. Exact: the
@@ -122,6 +129,45 @@ def test_bench_measures_through_the_published_port(stack, docker_services, setti
         assert run["completion_tokens"] == 25 and run["spec_verify_ct"] == 8, run
         assert 0.35 <= run["ttft_s"] <= 1.0, run
         assert 40.0 <= run["decode_tok_s"] <= 80.0 * 1.03, run
+
+
+def test_bench_without_the_key_is_one_line_and_exit_2(stack, docker_services, settings, tmp_path):
+    endpoint = f"http://127.0.0.1:{docker_services.port_for(SERVICE, settings.port)}"
+    argv = [sys.executable, str(ROOT / "build.py"), "bench", "--endpoint", endpoint, "--label", "eagle3"]
+    argv += ["--out", str(tmp_path / "bench"), "--runs", "1", "--warmup", "0"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stdout[-1500:] + proc.stderr[-1500:]
+    assert proc.stderr.strip().splitlines() == [
+        f"build.py bench: failed: SGLang at {endpoint} answered HTTP 401 on /server_info: the server wants an API "
+        "key: --api-key-file FILE"
+    ]
+
+
+def test_the_key_is_in_no_setting_command_line_environment_or_log(stack, dc, settings):
+    """`docker inspect` (env, command, mounts), `docker top`, every process's cmdline and environment in the
+    container, and the server's log (the stand-in prints its arguments, as SGLang logs its ServerArgs) hold no
+    key; the server has it (it answers 401 without it, see the bench tests) through the secret, read-only."""
+    key = settings.api_key
+    for container in (stack.sglang, stack.client):
+        container.reload()
+        assert key not in json.dumps(container.attrs), f"{container.name}: the key is in `docker inspect`"
+    assert "API_KEY_FILE=/run/secrets/api_key" in stack.sglang.attrs["Config"]["Env"]
+    mounts = {m["Destination"]: m for m in stack.sglang.attrs["Mounts"]}
+    secret = mounts["/run/secrets/api_key"]
+    assert (secret["Type"], secret["Source"], secret["RW"]) == ("bind", settings.values["API_KEY_SECRET"], False)
+    top = stack.sglang.top(ps_args="-eo pid,args")["Processes"]
+    assert not any(key in p[1] for p in top), top
+    scan = (
+        "import glob; k = open('/run/secrets/api_key').read().strip(); "
+        "files = glob.glob('/proc/[0-9]*/cmdline') + glob.glob('/proc/[0-9]*/environ'); "
+        "print(len(files), sum(k in open(f, 'rb').read().decode(errors='replace') for f in files))"
+    )
+    result = stack.sglang.exec_run(["python3", "-c", scan])  # the processes' own user may read their environ
+    assert result.exit_code == 0, result.output
+    scanned, holding = map(int, result.output.split())
+    assert scanned >= 4 and holding == 0, result.output
+    log = stack.sglang.logs().decode(errors="replace")
+    assert "--api-key=********" in log and key not in log, log[-1000:]
 
 
 def test_the_settings_reach_the_container(stack, settings):
@@ -140,6 +186,7 @@ def test_the_settings_reach_the_container(stack, settings):
     v = settings.values
     for name in ("PORT", "MODEL_PATH", "DRAFT_MODEL_PATH", "TP_SIZE", "SPEC_NUM_STEPS", "EXTRA_ARGS"):
         assert env.get(name) == v[name], f"{name}: {env.get(name)!r} in the container, {v[name]!r} in .env"
+    assert env.get("API_KEY_FILE") == "/run/secrets/api_key" and "API_KEY_SECRET" not in env
     for name in ("NNODES", "SKIP_RUNTIME_RULES", "HOST", "SGLANG_ENABLE_JIT_DEEPGEMM"):
         assert name not in env, f"{name} is not set in .env, so it must not reach the container: {env.get(name)!r}"
 
@@ -216,9 +263,11 @@ def test_eagle3_dry_run_through_compose_prints_the_command_from_the_env(compose,
         "--speculative-num-draft-tokens": v["SPEC_NUM_DRAFT_TOKENS"],
         "--mem-fraction-static": "0.81",
         "--max-running-requests": "4",
+        "--api-key": key_file.MASK,  # from the secret API_KEY_SECRET names, never shown
     }
     assert {k: startup.option_value(args, k) for k in expected} == expected, lines[-1]
     assert "accepted by SGLang" in proc.stdout, proc.stdout[-800:]
+    assert settings.api_key not in proc.stdout + proc.stderr
 
 
 def test_a_mode_the_entrypoint_refuses_stops_up_and_never_starts_the_server(compose, settings, image, dc):

@@ -11,7 +11,8 @@ Timing: the first token arrives `ttft` seconds after the request; then `burst` t
 `burst / tok_s` seconds (speculative decoding's verify steps), so decode runs at `tok_s` tokens/s. Deadlines
 are absolute from the moment the first chunk was sent (no drift, no catching up). Failure modes: die (close
 the connection mid-stream and stop listening) on the Nth /generate request, or answer it with SGLang's error
-chunk.
+chunk. With `api_key` (--api-key, as SGLang's) every route but /health*, /ready* and /metrics answers 401
+without `Authorization: Bearer KEY` (SGLang's srt/utils/auth.py).
 
 Run it by hand, like the image's entrypoint (PORT and HOST from the environment, or --port/--host):
     python3 tests/unit/bench_standin.py eagle3 --port 30001 --ttft 0.35 --tok-s 80 --burst 3
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hmac
 import json
 import os
 import random
@@ -29,7 +31,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -61,6 +63,9 @@ class Behaviour:
     # `stall_every` s, never finished (for at most `stall_for` s): no per-read timeout ever fires.
     drip_headers_on_request: int | None = None
     drip_health: bool = False
+    # SGLang's --api-key (srt/utils/auth.py): every route but /health*, /ready* and /metrics wants
+    # `Authorization: Bearer KEY`, else 401 {"error": "Unauthorized"}.
+    api_key: str | None = field(default=None, repr=False)
 
 
 class _Server(ThreadingHTTPServer):
@@ -160,7 +165,23 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
                 pass
             self.close_connection = True
 
+        def _authorized(self) -> bool:
+            """SGLang's decide_request_auth for its normal routes: open ones by prefix, else the bearer key."""
+            key = standin.behaviour.api_key
+            if key is None or self.path.startswith(("/health", "/ready", "/metrics")):
+                return True
+            scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+            if scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), key.encode()):
+                return True
+            body = self.headers.get("Content-Length")
+            if body:  # read it, so the connection stays usable
+                self.rfile.read(int(body))
+            self._json(401, {"error": "Unauthorized"})
+            return False
+
         def do_GET(self) -> None:
+            if not self._authorized():
+                return
             if self.path in ("/health", "/health_generate") and standin.behaviour.drip_health:
                 self._drip()
             elif self.path in ("/health", "/health_generate"):
@@ -201,6 +222,8 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             t_created = time.time()
             t0 = time.perf_counter()
+            if not self._authorized():
+                return
             if self.path != "/generate":
                 self._json(404, {"detail": "Not Found"})
                 return
@@ -304,15 +327,17 @@ def main() -> None:
     parser.add_argument("--spec", action="store_true", help="report speculative-decoding metrics")
     parser.add_argument("--jitter", type=float, default=0.0, help="relative random variation per request")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--api-key", help="as SGLang's: every route but /health*, /ready*, /metrics wants it")
     args = parser.parse_args()
     spec, burst = args.spec, args.burst
     if args.mode == "baseline":
         spec, burst = False, 1
     elif args.mode == "eagle3":
         spec = True
-    behaviour = Behaviour(args.ttft, args.tok_s, burst, spec, jitter=args.jitter, seed=args.seed)
+    behaviour = Behaviour(args.ttft, args.tok_s, burst, spec, jitter=args.jitter, seed=args.seed, api_key=args.api_key)
     standin = StandIn(behaviour, port=args.port, host=args.host)
-    print(f"stand-in SGLang listening on {standin.url}", flush=True)
+    print(f"stand-in SGLang listening on {standin.url}" + (" (API key set)" if args.api_key else ""), flush=True)
+    print(f"stand-in SGLang args: {sys.argv[1:]}", flush=True)  # as SGLang logs its ServerArgs, the key included
     # As PID 1 of a container, SIGTERM (docker stop) has no default action: exit on it, as tini would make us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with contextlib.suppress(KeyboardInterrupt):

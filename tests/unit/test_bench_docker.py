@@ -3,13 +3,16 @@
 A container of any local image that has python3 runs the stand-in SGLang server (tests/unit/bench_standin.py,
 stdlib only) in place of the image's entrypoint, with the mode as its first argument, like the real image.
 Checks: the port is published on 127.0.0.1 and found, /health is awaited, the runs are measured through it, the
-container is stopped and removed, its log kept; a container that exits at start fails with its log.
+container is stopped and removed, its log kept; a container that exits at start fails with its log; an API key
+file reaches the server by a read-only mount only.
 
 The image: $BENCH_DOCKER_TEST_IMAGE, else the offline runtime base from the plan when it is on this host.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120.bench import client, docker_runner, prompts, runner
 from sm120.bench.results import Label, Results
+from sm120.entrypoint import key_file
 from sm120.errors import CheckFailed
 from tests.helpers import docker_or_skip
 
@@ -136,3 +140,40 @@ def test_a_container_that_cannot_start_is_not_left_behind(engine, tmp_path):
     ):
         pytest.fail("serve() must not yield for a container that did not start")
     assert not leftovers(dc, "docker-nogpu")
+
+
+def test_an_api_key_file_reaches_the_server_by_a_read_only_mount_only(engine, tmp_path):
+    """--image --api-key-file: the file mounted read-only at KEY_MOUNT, API_KEY_FILE naming it; the stand-in (which
+    then wants the key, as SGLang does) started through the checkout's launcher, as the entrypoint starts SGLang."""
+    import secrets
+
+    dc, image = engine
+    key = secrets.token_hex(16)
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)  # the image's user reads it through the bind mount
+    key_path = keys / "api-key"
+    key_path.write_text(key + "\n")
+    key_path.chmod(0o644)
+    launcher = ["python3", "/launcher/_with_api_key.py", "/standin/bench_standin.py"]
+    s = spec(image, "docker-key", launcher)
+    s.api_key_file = key_path
+    s.extra_volumes[str(ROOT / "sm120" / "entrypoint")] = {"bind": "/launcher", "mode": "ro"}
+    plan = runner.RunPlan(runs=1, warmup=0, sampling=client.SamplingSettings(max_tokens=7), read_timeout_s=30)
+    keyed = dataclasses.replace(plan, api_key=key_file.read(str(key_path)))
+    with docker_runner.serve(dc, s, tmp_path) as endpoint:
+        (container,) = leftovers(dc, "docker-key")
+        assert key not in json.dumps(container.attrs), "the key is in `docker inspect`"
+        assert f"API_KEY_FILE={docker_runner.KEY_MOUNT}" in container.attrs["Config"]["Env"]
+        mounts = {m["Destination"]: m for m in container.attrs["Mounts"]}
+        assert mounts[docker_runner.KEY_MOUNT]["RW"] is False
+        with pytest.raises(client.KeyRefused, match="the server wants an API key"):
+            runner.measure_label(
+                endpoint, Label("no-key", source={}), Results(settings={}), tmp_path, prompts.load(), plan
+            )
+        label = Label("docker-key", source={"image": image})
+        runner.measure_label(endpoint, label, Results(settings={}), tmp_path, prompts.load(), keyed)
+    assert len(label.runs) == 1 and label.runs[0]["completion_tokens"] == 7
+    log = (tmp_path / "docker-key.log").read_text()
+    assert "--api-key=********" in log and key not in log
+    assert not leftovers(dc, "docker-key")

@@ -336,3 +336,29 @@ def test_a_container_that_cannot_start_is_removed_and_named(fake, models, tmp_pa
     assert rc == 1
     assert err.strip().splitlines()[-1].startswith("build.py bench: failed: baseline: cannot start sglang-sm120:test: ")
     assert d.created_only == [] and d.started == []
+
+
+def test_an_api_key_file_is_mounted_read_only_and_named_never_passed(fake, models, tmp_path, capsys):
+    """--api-key-file with --image: each container gets the file read-only at KEY_MOUNT and API_KEY_FILE naming it
+    (the key is in no variable: `docker inspect` shows none); bench sends the key to the servers that want it."""
+    key = "image-k3y-0123456789abcdef"
+    key_path = tmp_path / "api_key"
+    key_path.write_text(key + "\n")
+    d = fake(lambda mode, env: Behaviour(**FAST, burst=1, spec=mode == "eagle3", api_key=key))
+    out = tmp_path / "out"
+    rc, stdout, err = bench(capsys, *image_args(models, out, "--api-key-file", str(key_path)))
+    assert rc == 0, err
+    assert len(d.started) == 2
+    for c in d.started:
+        assert c.kwargs["volumes"][str(key_path.resolve())] == {"bind": docker_runner.KEY_MOUNT, "mode": "ro"}
+        assert c.kwargs["environment"]["API_KEY_FILE"] == docker_runner.KEY_MOUNT
+        assert not any(key in str(v) for v in c.kwargs["environment"].values())
+        assert c.standin is not None and len(c.standin.bodies) == 2  # past the key check
+    written = [p.read_text(errors="replace") for p in out.iterdir() if p.suffix in (".json", ".md", ".log")]
+    assert key not in "".join(written) + stdout + err
+
+
+def test_api_key_file_goes_through_its_flag_not_env(fake, models, tmp_path, capsys):
+    fake(standard)
+    rc, _, err = bench(capsys, *image_args(models, tmp_path / "o", "--env", "API_KEY_FILE=/run/secrets/x"))
+    assert rc == 2 and "--env API_KEY_FILE=...: give --api-key-file FILE" in err, err

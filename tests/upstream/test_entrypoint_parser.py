@@ -10,7 +10,9 @@ that need a patch must stay out and the unpatched 0.5.9 must refuse Kimi-K2.5 wi
 
 from __future__ import annotations
 
+import json
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from packaging.version import Version
 
 from sm120 import config as cfg
 from sm120 import patching
+from sm120.entrypoint import key_file
 from sm120.entrypoint.sglang_source import InstalledSGLang
 from tests.entrypoint_helpers import (
     clean_env,
@@ -267,3 +270,79 @@ def test_the_installed_quantization_list_is_read_from_its_registry(sglang_python
     names = InstalledSGLang(site / "sglang").quantization_methods()
     assert {"fp8", "modelopt", "modelopt_fp4", "compressed-tensors", "awq", "gptq", "mxfp4"} <= names
     assert "fp6_magic" not in names
+
+
+# Issue 29: API_KEY_FILE. The entrypoint's parser check parses `--api-key ********`; the launcher hands the real
+# key to SGLang in-process as `--api-key=KEY`, which each release's own parser must read back exactly (a key
+# that starts with '-' included); and SGLang's own auth rule leaves /health open for the HEALTHCHECK.
+API_KEY = "-t1-k3y-0123456789abcdef"  # a leading '-' would be an option to argparse, were it not `--api-key=`
+
+LAUNCHED_PARSE = """
+import argparse, json, os, sys
+from sglang.srt.server_args import ServerArgs
+
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+ns = parser.parse_args(sys.argv[1:])
+known = parser._option_string_actions
+with open(os.environ["PROBE_OUT"], "w") as out:  # a file: the launcher masks the key on stdout and stderr
+    json.dump({"api_key": ns.api_key, "model_path": ns.model_path, "tp_size": getattr(ns, known["--tp-size"].dest),
+               "options": [o for o in ("--tokenizer-worker-num", "--grpc-port", "--admin-api-key") if o in known]}, out)
+print("server_args", vars(ns))  # as SGLang logs them at start-up
+"""
+
+
+@pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+def test_api_key_file_reaches_the_real_parser_in_process(sglang_python, env, tmp_path, request):
+    version = request.node.callspec.params["sglang_python"]
+    key = tmp_path / "api_key"
+    key.write_text(API_KEY + "\n")
+    proc = run_entrypoint(
+        ["baseline", "--dry-run"], {**env, "API_KEY_FILE": str(key)}, python=sglang_python, timeout=TIMEOUT_S
+    )
+    ok(proc, version)  # the entrypoint's own check: the release's parser takes `--api-key ********`
+    args = sglang_args(proc.stdout)
+    assert args[-2:] == ["--api-key", key_file.MASK] and API_KEY not in proc.stdout + proc.stderr
+
+    (tmp_path / "launched_parse.py").write_text(LAUNCHED_PARSE)
+    out = tmp_path / "parsed.json"
+    run = subprocess.run(
+        [str(sglang_python), str(key_file.LAUNCHER), "-m", "launched_parse", *args[:-2]],
+        cwd=tmp_path,
+        env={**env, "API_KEY_FILE": str(key), "PROBE_OUT": str(out), "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    parsed = json.loads(out.read_text())
+    assert parsed["api_key"] == API_KEY and parsed["tp_size"] == 8 and parsed["model_path"] == env["MODEL_PATH"]
+    assert f"'api_key': '{key_file.MASK}'" in run.stdout and API_KEY not in run.stdout + run.stderr
+    # The options the entrypoint names in its refusals are this release's own.
+    assert "--tokenizer-worker-num" in parsed["options"] and "--admin-api-key" in parsed["options"]
+
+
+@pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
+def test_sglang_leaves_health_open_behind_an_api_key(sglang_python, run_snippet):
+    """srt/utils/auth.py's decide_request_auth (both releases): what the HEALTHCHECK and bench's probe rely on."""
+    code = """
+    from sglang.srt.utils.auth import AuthLevel, decide_request_auth
+
+    def allowed(path, header=None):
+        return decide_request_auth(method="GET", path=path, authorization_header=header, api_key="sekrit-key-1",
+                                   admin_api_key=None, auth_level=AuthLevel.NORMAL).allowed
+
+    emit({p: allowed(p) for p in ("/health", "/health_generate", "/metrics", "/generate", "/server_info")}
+         | {"bearer": allowed("/generate", "Bearer sekrit-key-1"), "other": allowed("/generate", "Bearer nope")})
+    """
+    result = run_snippet(sglang_python, code, stubs=False)
+    assert result == {
+        "/health": True,
+        "/health_generate": True,
+        "/metrics": True,
+        "/generate": False,
+        "/server_info": False,
+        "bearer": True,
+        "other": False,
+    }

@@ -184,3 +184,40 @@ def test_issue24_brackets_are_what_the_images_server_cannot_bind(py):
         "report({h: asyncio.run(bind(h)) for h in ('127.0.0.1', '[127.0.0.1]')})\n"
     )
     assert found == {"127.0.0.1": "bound", "[127.0.0.1]": "gaierror"}, found
+
+
+# Issue 29: API_KEY_FILE in the image, as its non-root user: the key shown masked, checked by the image's own
+# SGLang parser; a root-owned mode-600 secret (as a host file often is) names the uid, owner and mode.
+KEYS = "/tmp/sm120-verify/keys"
+KEY = "verify-k3y-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def key_files(box, image_uid, root_host) -> dict[str, str]:
+    docker_env.copy_in(box, {"sm120-verify/keys/api-key": KEY + "\n"}, "/tmp", uid=image_uid)
+    root_host.check_output(f"cp {KEYS}/api-key {KEYS}/root-600 && chown root:root {KEYS}/root-600")
+    root_host.check_output(f"chmod 600 {KEYS}/root-600")
+    return {"readable": f"{KEYS}/api-key", "root-600": f"{KEYS}/root-600"}
+
+
+def test_api_key_file_is_masked_in_the_dry_run(box, image, expect, models, key_files):
+    rc, stdout, stderr = entrypoint(
+        box, image, ["eagle3", "--dry-run"], {**models, "API_KEY_FILE": key_files["readable"]}
+    )
+    assert rc == 0, stderr.strip()[-500:]
+    assert f"accepted by SGLang {expect.sglang}'s own parser" in stdout, stdout.strip()[-400:]
+    argv = _command(stdout)
+    assert argv[-2:] == ["--api-key", "********"], argv
+    assert KEY not in stdout + stderr
+
+
+def test_an_unreadable_api_key_file_names_uid_owner_and_mode(box, image, models, key_files, image_uid):
+    rc, stdout, stderr = entrypoint(
+        box, image, ["baseline", "--dry-run"], {**models, "API_KEY_FILE": key_files["root-600"]}
+    )
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert rc == 2 and 1 <= len(lines) <= 3, stderr
+    assert (
+        f"API_KEY_FILE='{key_files['root-600']}': uid {image_uid} cannot read it (owner uid 0, mode 0600)" in lines[0]
+    )
+    assert KEY not in stdout + stderr and "Traceback" not in stderr
