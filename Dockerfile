@@ -36,6 +36,7 @@ ARG SGL_KERNEL_SOURCE=pypi
 ARG SGL_KERNEL_WHEEL_URL=
 ARG SGL_KERNEL_WHEEL_SHA256=
 ARG FIXUP_PINS=
+ARG NOT_SHIPPED="nvidia_cutlass_dsl/cu12 nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir.cu12.* nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir_version_cu12.py nvidia_cutlass_dsl_libs_cu12-*.dist-info triton/backends/nvidia/lib/cupti triton/backends/nvidia/lib/cupti-blackwell/*_static.a triton/backends/nvidia/bin/ptxas nvidia/cu13/lib/libnvrtc.alt.so* nvidia/cu13/lib/libnvrtc-builtins.alt.so* nvidia/cu13/lib/libcusolverMg.so* sgl_kernel/sm90 pandas/tests numba/tests numba/cuda/tests scipy/*/tests numpy/*/tests pyarrow/tests sympy/*/tests"
 ARG IMAGE_USER=sglang
 ARG IMAGE_UID=1000
 ARG CACHE_DIR=/var/cache/sglang
@@ -191,8 +192,15 @@ RUN --mount=type=bind,from=jit-toolchain,source=/opt/jit/cuda,target=/mnt/jit \
 # 24.04's `ubuntu` is uid 1000: it is renamed); its ~/.cache is the cache volume.
 RUN --mount=type=bind,source=docker/stages/runtime-user.sh,target=/mnt/runtime-user.sh \
     bash /mnt/runtime-user.sh "${IMAGE_USER}" "${IMAGE_UID}" "${CACHE_DIR}"
-COPY --from=kernels /opt/venv /opt/venv
+# The venv, copied without what serving on sm_120 never loads: build.toml [[tracks.*.not_shipped]], each entry with
+# its reason and source (an entry that matches nothing stops the build); `build.py verify` checks they stay unused.
+ARG NOT_SHIPPED
+RUN --mount=type=bind,from=kernels,source=/opt/venv,target=/mnt/venv \
+    --mount=type=bind,source=docker/stages/venv_copy.py,target=/mnt/venv_copy.py \
+    python3 /mnt/venv_copy.py /mnt/venv /opt/venv "lib/python${PYTHON_VERSION}/site-packages"
 COPY --from=overlay / /
+# FLASHINFER_CUBINS_REPOSITORY: FlashInfer fetches a missing cubin (TRT-LLM kernels, sm_100 only) from there; a
+# directory of the image's own that holds none keeps it off the network (sm120/verify/suite/test_slim.py).
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     CUDA_HOME=/usr/local/cuda \
@@ -205,6 +213,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     SGLANG_CACHE_DIR=${CACHE_DIR}/sglang \
     SGLANG_JIT_CACHE_DIR=${CACHE_DIR}/sglang/jit \
     FLASHINFER_WORKSPACE_BASE=${CACHE_DIR} \
+    FLASHINFER_CUBINS_REPOSITORY=/opt/sglang-sm120/no-cubins/ \
     CUDA_CACHE_PATH=${CACHE_DIR}/nv \
     HF_HOME=${CACHE_DIR}/huggingface \
     PYTHONDONTWRITEBYTECODE=1 \

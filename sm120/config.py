@@ -187,6 +187,23 @@ class ModePresets(Strict):
     reason: str = Field(min_length=1)
 
 
+class NotShipped(Strict):
+    """Files of the venv that serving on sm_120 never loads, left out of the runtime image ([[tracks.*.not_shipped]]):
+    globs relative to site-packages, why they are never loaded, and where that was read."""
+
+    paths: list[str] = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+    @field_validator("paths")
+    @classmethod
+    def _below_site_packages(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not path or path.startswith("/") or ".." in path.split("/") or any(c.isspace() for c in path):
+                raise ValueError(f"{path!r} is not a path below site-packages (relative, no '..', no spaces)")
+        return paths
+
+
 class Track(Strict):
     flashinfer: str = Field(pattern=_VERSION_RE)
     flash_attn: str = Field(pattern=_VERSION_RE)
@@ -198,6 +215,7 @@ class Track(Strict):
     runtime: list[RuntimeRule] = []
     left_out: list[LeftOut] = []
     fixups: list[Fixup] = []
+    not_shipped: list[NotShipped] = []
 
 
 class FlashAttnKernels(Strict):

@@ -123,6 +123,7 @@ FACTS: tuple[Fact, ...] = (
     Fact(lambda p: p.sgl_kernel.wheel_url, arg="SGL_KERNEL_WHEEL_URL"),
     Fact(lambda p: p.sgl_kernel.wheel_sha256, arg="SGL_KERNEL_WHEEL_SHA256"),
     Fact(lambda p: " ".join(f.requirement for f in p.fixups), arg="FIXUP_PINS"),
+    Fact(lambda p: " ".join(g for n in p.not_shipped for g in n.paths), arg="NOT_SHIPPED"),
     Fact(lambda p: " ".join(f.requirement for f in p.fixups) or "none", label="fixups", required=False),
     Fact(
         lambda p: ",".join(f"{x.name}@sha256:{x.sha256}" for x in p.patches),

@@ -55,6 +55,15 @@ class FixupPin:
 
 
 @dataclass(frozen=True)
+class NotShippedPaths:
+    """Venv paths the runtime image leaves out (globs below site-packages), with why and where that was read."""
+
+    paths: list[str]
+    reason: str
+    source: str
+
+
+@dataclass(frozen=True)
 class FlashAttn:
     """The flash-attn build: its version and the kernel subset compiled for this profile."""
 
@@ -109,6 +118,7 @@ class Plan:
     patches: list[PatchRef]
     patches_skipped: list[SkippedPatch]
     fixups: list[FixupPin]
+    not_shipped: list[NotShippedPaths]
     max_jobs: int
     nvcc_threads: int
     parallelism_reason: str

@@ -565,6 +565,53 @@ def emit(obj: Any) -> None:
     print(MARK + json.dumps(obj, default=str), flush=True)
 
 
+# What the start-up touched that it must not: a file the image leaves out (build.toml not_shipped: an open or an
+# import of it, which a try/except might otherwise swallow) or an address off this machine (nothing is fetched).
+AUDIT: list[dict[str, str]] = []
+
+
+def audit(site: str, globs: list[str]) -> None:
+    """Record (sys.addaudithook: every open, import and socket connect of this process) what lands under a
+    not_shipped glob or leaves the machine."""
+    import fnmatch
+    import ipaddress
+
+    prefix = site.rstrip("/") + "/"
+    seen: set[tuple[str, str]] = set()
+
+    def note(event: str, what: str) -> None:
+        if (event, what) not in seen and len(AUDIT) < 200:
+            seen.add((event, what))
+            AUDIT.append({"event": event, "what": what})
+
+    def left_out(path: str) -> bool:
+        if not path.startswith(prefix):
+            return False
+        rel = path[len(prefix) :]
+        return any(fnmatch.fnmatchcase(rel, g) or fnmatch.fnmatchcase(rel, g + "/*") for g in globs)
+
+    def hook(event: str, args: tuple) -> None:
+        try:
+            if event == "open" and isinstance(args[0], str) and left_out(os.path.abspath(args[0])):
+                note("open", args[0])
+            elif event == "import" and args[1] and isinstance(args[1], str) and left_out(args[1]):
+                note("import", f"{args[0]} from {args[1]}")
+            elif event == "ctypes.dlopen" and isinstance(args[0], str) and left_out(os.path.abspath(args[0])):
+                note("dlopen", args[0])
+            elif event == "socket.connect" and isinstance(args[1], tuple) and args[1]:
+                host = str(args[1][0])
+                try:
+                    outside = not ipaddress.ip_address(host).is_loopback
+                except ValueError:
+                    outside = host not in ("localhost",)
+                if outside:
+                    note("connect", f"{host}:{args[1][1] if len(args[1]) > 1 else ''}")
+        except Exception:  # an audit hook must never break what it watches
+            pass
+
+    sys.addaudithook(hook)
+
+
 def main(argv: list[str]) -> int:
     job_file = Path(argv[1])
     job = json.loads(job_file.read_text())
@@ -572,6 +619,8 @@ def main(argv: list[str]) -> int:
         stage(job_file, job)
     result: dict[str, Any] = {}
     try:
+        if job.get("not_shipped") is not None:
+            audit(job["site_packages"], job["not_shipped"])
         install(job["persona"])
         for task in job["tasks"]:
             result[task] = {"registry": task_registry, "server_args": task_server_args}[task](job)
@@ -579,6 +628,7 @@ def main(argv: list[str]) -> int:
         result["error"] = failure(exc)
     result["asked"] = dict(ASKED)
     result["boundaries_all"] = BOUNDARIES
+    result["audit"] = AUDIT
     smi_log = Path(job["workdir"]) / "smi.log"
     result["nvidia_smi"] = [json.loads(x) for x in smi_log.read_text().splitlines()] if smi_log.is_file() else []
     emit(result)

@@ -411,3 +411,55 @@ def test_a_refusal_names_the_launch_check_and_the_model_loader():
         "model loader: sglang/srt/model_loader/weight_utils.py:1 (x) -> ValueError: FP8",
     ]
     assert startup.refusal({"settings": {}, "runners": {"quantization": "fp8"}}) == ""
+
+
+AUDITED = """
+import json, os, socket, sys
+sys.path.insert(0, sys.argv[1])
+import startup_probe as probe
+
+site = sys.argv[2]
+probe.audit(site, ["gone/cu12", "pkg/*.alt.so*"])
+for rel in ("gone/cu12/lib.so", "pkg/libx.alt.so.13", "pkg/kept.so"):
+    try:
+        open(os.path.join(site, rel)).close()
+    except OSError:
+        pass
+sys.path.insert(0, site)
+try:
+    import gone  # noqa: F401  (a package dir that is shipped: not recorded)
+except ImportError:
+    pass
+for address in (("127.0.0.1", 9), ("192.0.2.1", 80)):
+    s = socket.socket()
+    s.settimeout(0.01)
+    try:
+        s.connect(address)
+    except OSError:
+        pass
+    s.close()
+print(json.dumps(probe.AUDIT))
+"""
+
+
+def test_the_audit_records_what_the_image_leaves_out_and_the_network(tmp_path):
+    """The probe's audit hook (sm120/verify/startup_probe.py `audit`): an open of a not_shipped path is recorded,
+    one of a shipped path is not; a connect off the machine is, one to loopback is not."""
+    site = tmp_path / "site"
+    for rel in ("gone/__init__.py", "gone/cu12/lib.so", "pkg/libx.alt.so.13", "pkg/kept.so"):
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text("")
+    script = tmp_path / "audited.py"
+    script.write_text(AUDITED)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(Path(probe.__file__).parent), str(site)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [(e["event"], e["what"]) for e in json.loads(proc.stdout.strip().splitlines()[-1])]
+    assert ("open", str(site / "gone/cu12/lib.so")) in events and ("open", str(site / "pkg/libx.alt.so.13")) in events
+    assert not any("kept.so" in what or "__init__" in what for _, what in events)
+    assert ("connect", "192.0.2.1:80") in events and not any("127.0.0.1" in what for _, what in events)

@@ -79,7 +79,7 @@ def staged(box, image_uid) -> str:
 
 
 @pytest.fixture(scope="module")
-def probe(box, image, host, image_uid, staged, card) -> Callable[..., dict[str, Any]]:
+def probe(box, image, host, image_uid, staged, card, plan) -> Callable[..., dict[str, Any]]:
     """probe(name, **job): run the probe as the image's user with a job file; returns what it reported."""
 
     def _probe(name: str, **job: Any) -> dict[str, Any]:
@@ -87,6 +87,9 @@ def probe(box, image, host, image_uid, staged, card) -> Callable[..., dict[str, 
             "persona": card.answers(DEVICES),
             "workdir": f"{WORK}/{name}",
             "entrypoint_root": str(PurePosixPath(image.entrypoint[-1]).parent),  # the image's entrypoint package
+            # what the image leaves out (its plan's not_shipped): the probe audits opens and imports of it
+            "not_shipped": [glob for entry in plan.not_shipped for glob in entry.paths],
+            "site_packages": f"/opt/venv/lib/python{plan.python_version}/site-packages",
             **job,
         }
         docker_env.copy_in(box, {f"sm120-startup/{name}.json": json.dumps(body)}, "/tmp", uid=image_uid)
@@ -155,13 +158,14 @@ def run(request, probe, commands) -> dict[str, Any]:
     _, with_registry = _selected(request)
     if not groups:
         groups["{}"] = []
-    merged: dict[str, Any] = {"registry": None, "cases": {}, "seconds": 0.0, "boundaries_all": []}
+    merged: dict[str, Any] = {"registry": None, "cases": {}, "seconds": 0.0, "boundaries_all": [], "audit": []}
     for i, cases in enumerate(groups.values()):
         tasks = (["registry"] if i == 0 and with_registry else []) + (["server_args"] if cases else [])
         env = cases[0]["env"] if cases else {}
         found = probe(f"run-{i}", env=env, tasks=tasks, modules=list(startup.START_UP_MODULES), cases=cases)
         merged["seconds"] += found["seconds"]
         merged["boundaries_all"] += found.get("boundaries_all", [])
+        merged["audit"] += found.get("audit", [])
         if "error" in found:
             merged.setdefault("error", found["error"])
         for key in ("asked", "nvidia_smi"):
@@ -323,3 +327,15 @@ def test_a_drafter_the_image_lacks_is_refused_naming_its_tracks(drafter_case: st
         return
     assert not in_registry, f"{case}: the entrypoint refused {drafter}, which SGLang's registry has: {REFUSED[case]}"
     assert "use the image of track" in REFUSED[case], f"{case}: the refusal names no track: {REFUSED[case]}"
+
+
+def test_start_up_touches_nothing_the_image_leaves_out(server_args, registry, plan):
+    """SGLang's start-up on the persona (the registry, the start-up modules, every case) opens, imports and loads
+    none of the files the image does not ship (its plan's not_shipped, with their reasons), and connects to no
+    address off this machine (nothing is fetched, e.g. FlashInfer's cubins). An audit hook watches the probe."""
+    if not plan.not_shipped:
+        pytest.skip("the image's plan leaves nothing out: only the network is audited")
+    events = server_args.get("audit") or []
+    assert not events, "start-up touched what the image leaves out or the network: " + "; ".join(
+        f"{e['event']} {e['what']}" for e in events[:8]
+    )
