@@ -122,7 +122,8 @@ FACTS: tuple[Fact, ...] = (
     Fact(lambda p: p.sgl_kernel.source, arg="SGL_KERNEL_SOURCE", label="sgl-kernel.install", required=False),
     Fact(lambda p: p.sgl_kernel.wheel_url, arg="SGL_KERNEL_WHEEL_URL"),
     Fact(lambda p: p.sgl_kernel.wheel_sha256, arg="SGL_KERNEL_WHEEL_SHA256"),
-    Fact(lambda p: " ".join(f.requirement for f in p.fixups), arg="FIXUP_PINS"),
+    # INSTALL:REQUIREMENT, what docker/stages/fixups.sh reads (no-deps: --force-reinstall --no-deps; deps: with them)
+    Fact(lambda p: " ".join(f"{f.install}:{f.requirement}" for f in p.fixups), arg="FIXUP_PINS"),
     Fact(lambda p: " ".join(f.requirement for f in p.fixups) or "none", label="fixups", required=False),
     Fact(
         lambda p: ",".join(f"{x.name}@sha256:{x.sha256}" for x in p.patches),
