@@ -87,7 +87,8 @@ class Fact:
 
 
 FACTS: tuple[Fact, ...] = (
-    Fact(lambda p: p.base_image, arg="BASE_IMAGE"),
+    # devel-base: what the kernels were compiled on (name@digest where pinned; the runtime base is OCI base.name)
+    Fact(lambda p: p.base_image, arg="BASE_IMAGE", label="devel-base", required=False),
     Fact(lambda p: p.runtime_base_image, arg="RUNTIME_BASE_IMAGE"),
     Fact(lambda p: p.profile, label="profile", field="profile"),
     Fact(lambda p: p.python_version, arg="PYTHON_VERSION", label="python.version", field="python"),

@@ -48,6 +48,8 @@ def write(plan: Plan, project: cfg.Project, image_version: str, revision: str | 
     labels.update({f"{project.name}.{f.label}": f.value(plan) for f in FACTS if f.label})
     if revision:
         labels["org.opencontainers.image.revision"] = revision
+    if "@sha256:" in plan.runtime_base_image:
+        labels["org.opencontainers.image.base.digest"] = plan.runtime_base_image.split("@", 1)[1]
     return labels
 
 

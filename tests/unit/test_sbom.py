@@ -52,8 +52,8 @@ def test_syft_scans_the_root_as_an_image_without_its_own_binary_or_the_kernel_fi
 def test_the_pinned_syft_binary_is_there_and_runs():
     binary = sbom.syft_binary()
     assert binary.is_file() and os.access(binary, os.X_OK), binary
-    tar = tarfile.open(fileobj=io.BytesIO(sbom.binary_tar(binary, "syft")))
-    (member,) = tar.getmembers()
+    with tarfile.open(fileobj=io.BytesIO(sbom.binary_tar(binary, "syft"))) as tar:
+        (member,) = tar.getmembers()
     assert member.name == sbom.MOUNT.lstrip("/") + "/syft" and member.mode == 0o755 and member.uid == 0
 
 
