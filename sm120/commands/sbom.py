@@ -50,18 +50,9 @@ def _writable(out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import docker.errors
-
     _writable(args.out)
     engine = docker_client.connect()
-    try:
-        image = engine.images.get(args.image)
-    except docker.errors.ImageNotFound:
-        raise UsageError(
-            f"no image {args.image!r} in the Docker Engine (docker images lists them; pull it first)"
-        ) from None
-    except docker.errors.APIError as exc:
-        raise UsageError(f"--image {args.image!r}: {docker_client.describe(exc)}") from None
+    image = docker_client.image(engine, args.image)
     name = repository(args.image)
     version = args.image.split("@", 1)[1] if "@" in args.image else image.id
     print(

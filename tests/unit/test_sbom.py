@@ -106,4 +106,4 @@ def test_no_such_image_is_exit_2(tmp_path: Path):
     out = run_build_py("sbom", "--image", "sm120-no-such-image:0", "--out", str(tmp_path / "s.json"))
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
-    assert "no image 'sm120-no-such-image:0'" in line
+    assert "--image sm120-no-such-image:0: no such image" in line
