@@ -112,7 +112,7 @@ RUN --mount=type=secret,id=ca_bundle --mount=type=secret,id=build_jobs --mount=t
     OUT_DIR=/wheels bash /opt/build/sgl-kernel.sh
 
 # ---- sglang: SGLang at the pinned version and every dependency, unpatched, with the sgl-kernel wheel; then the
-# track's CUDA fix-up pins (build.toml [[tracks.*.fixups]]: cuDNN, NCCL, cuda-python), after dependency
+# track's CUDA fix-up pins (build.toml [[tracks.*.fixups]]: cuDNN, NCCL, cuBLAS, cuda-python), after dependency
 # resolution, as upstream does. It does not wait for flash-attn: BuildKit runs this install while flash-attn compiles.
 FROM torch AS sglang
 ARG SGLANG_VERSION

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from .errors import CheckFailed, UsageError, suggest
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS = ["plan", "patches", "track", "base", "preflight", "build", "verify", "bench", "deploy"]
+COMMANDS = ["plan", "patches", "track", "base", "preflight", "build", "verify", "sbom", "bench", "deploy"]
 
 
 class Parser(argparse.ArgumentParser):

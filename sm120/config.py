@@ -105,6 +105,10 @@ class SglKernelWheel(Strict):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     cuda: str = Field(pattern=r"^\d+\.\d+$")
     why: str = Field(min_length=1)  # which file of several uploads, and why
+    # The SASS the wheel carries (the label sgl-kernel.archs, as pypi_archs is for PyPI's wheel), and where that
+    # was read (its CMake defaults, or cuobjdump on the wheel).
+    archs: list[str] = Field(min_length=1)
+    archs_source: str = Field(min_length=1)
 
 
 class SglKernel(Strict):
@@ -124,11 +128,18 @@ class SglKernel(Strict):
         return self
 
 
+# How docker/stages/fixups.sh installs a fix-up pin (its words; the build arg FIXUP_PINS carries them).
+FixupInstall = Literal["no-deps", "deps"]
+
+
 class Fixup(Strict):
     """A package pinned over what dependency resolution chose, after it (SGLang's CUDA fix-ups)."""
 
     requirement: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==\S+$")
     torch_cuda: str = Field(pattern=r"^\d+$")  # the CUDA major of the torch build it applies to
+    # `no-deps`: pip install --force-reinstall --no-deps (upstream's mode); `deps`: a plain pip install.
+    install: FixupInstall
+    source: str = Field(min_length=1)  # where the pin comes from (upstream's Dockerfile, ...)
     reason: str = Field(min_length=1)
 
 

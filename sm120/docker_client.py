@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from .errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:
     import docker
@@ -28,3 +28,17 @@ def connect(error: type[Exception] = UsageError) -> docker.DockerClient:
     except docker.errors.DockerException as exc:
         raise error(f"cannot reach the Docker Engine: {describe(exc)} (start it, or set DOCKER_HOST)") from None
     return client
+
+
+def image(client: docker.DockerClient, reference: str) -> Any:
+    """The engine's image `reference`; UsageError (exit 2) when it has none, CheckFailed when it cannot say."""
+    import docker
+
+    try:
+        return client.images.get(reference)
+    except docker.errors.ImageNotFound:
+        raise UsageError(
+            f"--image {reference}: no such image on this Docker host; build it (build.py build) or docker pull it first"
+        ) from None
+    except docker.errors.APIError as exc:
+        raise CheckFailed(f"cannot inspect image {reference}: {describe(exc)}") from None

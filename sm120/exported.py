@@ -87,7 +87,8 @@ class Fact:
 
 
 FACTS: tuple[Fact, ...] = (
-    Fact(lambda p: p.base_image, arg="BASE_IMAGE"),
+    # devel-base: what the kernels were compiled on (name@digest where pinned; the runtime base is OCI base.name)
+    Fact(lambda p: p.base_image, arg="BASE_IMAGE", label="devel-base", required=False),
     Fact(lambda p: p.runtime_base_image, arg="RUNTIME_BASE_IMAGE"),
     Fact(lambda p: p.profile, label="profile", field="profile"),
     Fact(lambda p: p.python_version, arg="PYTHON_VERSION", label="python.version", field="python"),
@@ -122,7 +123,8 @@ FACTS: tuple[Fact, ...] = (
     Fact(lambda p: p.sgl_kernel.source, arg="SGL_KERNEL_SOURCE", label="sgl-kernel.install", required=False),
     Fact(lambda p: p.sgl_kernel.wheel_url, arg="SGL_KERNEL_WHEEL_URL"),
     Fact(lambda p: p.sgl_kernel.wheel_sha256, arg="SGL_KERNEL_WHEEL_SHA256"),
-    Fact(lambda p: " ".join(f.requirement for f in p.fixups), arg="FIXUP_PINS"),
+    # INSTALL:REQUIREMENT, what docker/stages/fixups.sh reads (no-deps: --force-reinstall --no-deps; deps: with them)
+    Fact(lambda p: " ".join(f"{f.install}:{f.requirement}" for f in p.fixups), arg="FIXUP_PINS"),
     Fact(lambda p: " ".join(g for n in p.not_shipped for g in n.paths), arg="NOT_SHIPPED"),
     Fact(lambda p: " ".join(f.requirement for f in p.fixups) or "none", label="fixups", required=False),
     Fact(

@@ -15,6 +15,8 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from . import config as cfg
 from .exported import ABSENT, FACTS, Kernels, LabelError, Patch
 from .plan_types import Plan
@@ -46,6 +48,8 @@ def write(plan: Plan, project: cfg.Project, image_version: str, revision: str | 
     labels.update({f"{project.name}.{f.label}": f.value(plan) for f in FACTS if f.label})
     if revision:
         labels["org.opencontainers.image.revision"] = revision
+    if "@sha256:" in plan.runtime_base_image:
+        labels["org.opencontainers.image.base.digest"] = plan.runtime_base_image.split("@", 1)[1]
     return labels
 
 
@@ -93,6 +97,16 @@ class Expect:
             "flashinfer": self.flashinfer,
             "flash_attn": self.flash_attn,
         }
+
+
+def is_labelled_version(found: str, label: str) -> bool:
+    """What a version label means: the public version, and the local part (`+cu130`) only where the label has one.
+
+    `0.3.21+cu130` is upstream's CUDA 13 build of 0.3.21: a label `0.3.21` (a PyPI pin) takes it, a label
+    `0.3.21+cu130` (a pinned wheel's own version) takes only that build. Versions are compared as PEP 440 versions.
+    """
+    want, got = Version(label), Version(found)
+    return Version(got.public) == Version(want.public) and (want.local is None or got.local == want.local)
 
 
 def missing(labels: Mapping[str, str] | None, prefix: str | None = None) -> list[str]:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import posixpath
 import subprocess
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from . import build_args as build_args_format
@@ -93,9 +96,15 @@ def _sgl_kernel(config: Config, track: Track, profile_name: str) -> tuple[SglKer
         kernel = SglKernel(spec.package, spec.version, install, "", "", archs=want, cuda=base_cuda)
     elif install == "wheel":
         assert spec.wheel is not None  # config checks it
-        # What the wheel carries is verify's to judge (SASS check); the plan asks for sm_120a.
+        # The label says what the wheel is: its own version (with its local label, e.g. +cu130) and the archs
+        # build.toml says it carries; verify's SASS check judges the file itself.
         wheel = spec.wheel
-        kernel = SglKernel(spec.package, spec.version, install, wheel.url, wheel.sha256, archs=want, cuda=wheel.cuda)
+        have = ["sm_" + a for a in wheel.archs]
+        version = _wheel_version(config, spec.package, spec.version, wheel.url)
+        kernel = SglKernel(spec.package, version, install, wheel.url, wheel.sha256, archs=have, cuda=wheel.cuda)
+        missing = [a for a in want if a not in have]
+        if missing:
+            warnings.append(f"{spec.package} {version} (the pinned wheel) has no {', '.join(missing)} code")
     else:
         have = ["sm_" + a for a in spec.pypi_archs]
         kernel = SglKernel(spec.package, spec.version, install, "", "", archs=have, cuda=spec.pypi_cuda)
@@ -109,6 +118,19 @@ def _sgl_kernel(config: Config, track: Track, profile_name: str) -> tuple[SglKer
             f"CUDA {config.cuda.version} base"
         )
     return kernel, notes, warnings
+
+
+def _wheel_version(config: Config, package: str, version: str, url: str) -> str:
+    """The version in the pinned wheel's file name (0.3.21+cu130), which must be `package` at `version`."""
+    name = posixpath.basename(unquote(urlsplit(url).path))
+    where = f"{config.path.name}: the sgl_kernel.wheel.url of {package} {version}"
+    try:
+        dist, found, _build, _tags = parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        raise UsageError(f"{where}: {name!r} is not a wheel file name") from None
+    if dist != canonicalize_name(package) or found.public != Version(version).public:
+        raise UsageError(f"{where} is a wheel of {dist} {found} ({name}): fix the URL or the version")
+    return str(found)
 
 
 def _build_jobs(max_jobs: int, nvcc_threads: int, compiling: list[str]) -> dict[str, str]:
@@ -290,7 +312,9 @@ def resolve(
         )
     sgl_kernel, sgl_kernel_notes, warnings = _sgl_kernel(config, track, profile_name)
     stand_ins += sgl_kernel_notes
-    fixups = [FixupPin(f.requirement, f.reason) for f in track.fixups if f.torch_cuda == cuda_major(torch_cuda)]
+    fixups = [
+        FixupPin(f.requirement, f.install, f.reason) for f in track.fixups if f.torch_cuda == cuda_major(torch_cuda)
+    ]
     flash_attn = _flash_attn(config, track, profile_settings.flash_attn)
     patches, skipped = _patches(config, track, version)
 

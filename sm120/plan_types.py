@@ -51,6 +51,7 @@ class SkippedPatch:
 @dataclass(frozen=True)
 class FixupPin:
     requirement: str
+    install: str  # "no-deps" (pip install --force-reinstall --no-deps) or "deps" (a plain pip install)
     reason: str
 
 
@@ -80,7 +81,7 @@ class SglKernel:
     """Where sgl-kernel comes from in this profile and what code it carries."""
 
     package: str  # the distribution: sgl-kernel or sglang-kernel
-    version: str
+    version: str  # with the wheel's local label where a pinned wheel has one (0.3.21+cu130)
     source: str  # "source" (compiled), "wheel" (upstream's prebuilt, pinned by sha256) or "pypi"
     wheel_url: str  # "" unless source == "wheel"
     wheel_sha256: str

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # fixups.sh apply  install the track's CUDA fix-up pins (build.toml [[tracks.*.fixups]]) over what dependency
-#                  resolution chose, as SGLang's own CUDA 13 Dockerfile does
+#                  resolution chose, one at a time in build.toml's order, as SGLang's own CUDA 13 Dockerfile does
 # fixups.sh check  `pip check`, where the only conflicts allowed are the ones those pins make on purpose
 #                  (a package pinned by a fix-up that torch or SGLang pins to another version); any other
 #                  conflict fails the build and is printed
-# Environment: FIXUP_PINS (space-separated requirements, may be empty).
+# Environment: FIXUP_PINS, space-separated INSTALL:REQUIREMENT (may be empty), INSTALL being
+#   no-deps  pip install --force-reinstall --no-deps REQUIREMENT   (upstream's mode for the CUDA wheels)
+#   deps     pip install REQUIREMENT                               (its dependencies resolved against the venv)
 set -euo pipefail
 STAGE=fixups
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -12,11 +14,27 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/common.sh"
 read -r -a pins <<< "${FIXUP_PINS:-}"
 
+# Every pin is INSTALL:REQUIREMENT with a known INSTALL; anything else is a broken plan (exit 2).
+for pin in "${pins[@]}"; do
+    case "${pin%%:*}" in
+    no-deps | deps) [[ $pin == *:?* ]] || { log "FIXUP_PINS entry '$pin' has no requirement"; exit 2; } ;;
+    *) log "FIXUP_PINS entry '$pin' is not no-deps:REQUIREMENT or deps:REQUIREMENT"; exit 2 ;;
+    esac
+done
+
 case "${1:-}" in
 apply)
     if [ ${#pins[@]} -eq 0 ]; then log "no fix-up pins for this track"; exit 0; fi
-    log "pinning ${pins[*]}"
-    pip_install "${pins[@]}"
+    for pin in "${pins[@]}"; do
+        requirement=${pin#*:}
+        if [ "${pin%%:*}" = no-deps ]; then
+            log "pinning $requirement (--force-reinstall --no-deps)"
+            pip_install --force-reinstall --no-deps "$requirement"
+        else
+            log "pinning $requirement (with its dependencies)"
+            pip_install "$requirement"
+        fi
+    done
     ;;
 check)
     set +e
@@ -26,7 +44,7 @@ check)
 import os, re, sys
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-pinned = {canonicalize_name(Requirement(p).name) for p in os.environ["FIXUP_PINS"].split()}
+pinned = {canonicalize_name(Requirement(p.partition(":")[2]).name) for p in os.environ["FIXUP_PINS"].split()}
 allowed, other = [], []
 for line in os.environ["PIP_CHECK"].splitlines():
     if not line.strip() or line.startswith("No broken requirements"):

@@ -24,8 +24,9 @@ from tqdm import tqdm
 
 from ..docker_client import connect as docker_connect
 from ..docker_client import describe
+from ..docker_client import image as docker_image
 from ..entrypoint import key_file
-from ..errors import CheckFailed, UsageError
+from ..errors import CheckFailed
 from ..labels import namespace
 from .client import ServerUnreachable
 
@@ -81,16 +82,7 @@ def connect() -> Any:
 
 
 def check_image(client: Any, image: str) -> None:
-    import docker
-
-    try:
-        client.images.get(image)
-    except docker.errors.ImageNotFound:
-        raise UsageError(
-            f"--image {image}: no such image on this Docker host; build it (build.py build) or docker pull it first"
-        ) from None
-    except docker.errors.APIError as exc:
-        raise CheckFailed(f"cannot inspect image {image}: {describe(exc)}") from None
+    docker_image(client, image)
 
 
 def _last_log_line(container: Any) -> str:

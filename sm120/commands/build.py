@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .. import bases, build_args, build_context, buildx, image_ref
+from .. import bases, build_args, build_context, buildx, digests, image_ref
 from .. import config as cfg
 from .. import plan as planmod
 from ..cli import add_config_args, add_machine_args
@@ -38,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="push the image under its digest only, no tag (needs --registry); prints REPOSITORY@DIGEST",
     )
+    for option, what in (("--base-image-digest", "build"), ("--runtime-base-image-digest", "runtime")):
+        p.add_argument(option, type=digests.digest, metavar="SHA256", help=f"build FROM the {what} base at this digest")
     p.add_argument("--cache-from", action="append", default=[], metavar="SPEC", help="buildx --cache-from")
     p.add_argument("--cache-to", action="append", default=[], metavar="SPEC", help="buildx --cache-to")
     p.add_argument("--wheelhouse", type=Path, metavar="DIR", help="prebuilt wheels to reuse (skips compiles)")
@@ -112,6 +114,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--push-by-digest pushes no tag: tag the verified digest with docker buildx imagetools create")
     config = cfg.load(args.config)
     check_arguments(args, ROOT / "Dockerfile")
+    config = digests.pin(
+        config,
+        args.profile or config.defaults.profile,
+        base_image_digest=args.base_image_digest,
+        runtime_base_image_digest=args.runtime_base_image_digest,
+    )
     plan = planmod.load_plan(
         config,
         profile=args.profile,

@@ -10,7 +10,7 @@ import pytest
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120 import resources as res
-from tests.helpers import run_build_py
+from tests.helpers import run_build_py, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE = res.Resources(cpus=2, memory_bytes=24 * 1024**3, source="test")
@@ -156,9 +156,14 @@ def test_malformed_config_file_exits_2(tmp_path):
             "release",
             "0.5.9",
             "wheel",
-            ["nvidia-cudnn-cu13==9.16.0.29", "nvidia-nccl-cu13==2.28.3", "cuda-python==13.1.1"],
+            [
+                "no-deps:nvidia-cudnn-cu13==9.16.0.29",
+                "no-deps:nvidia-nccl-cu13==2.28.3",
+                "no-deps:nvidia-cublas==13.1.0.3",
+                "deps:cuda-python==13.1.1",
+            ],
         ),
-        ("offline", "0.5.9", "pypi", ["nvidia-cudnn-cu12==9.16.0.29", "nvidia-nccl-cu12==2.28.3"]),
+        ("offline", "0.5.9", "pypi", ["no-deps:nvidia-cudnn-cu12==9.16.0.29", "no-deps:nvidia-nccl-cu12==2.28.3"]),
         ("release", "0.5.23", "pypi", []),
         ("offline", "0.5.23", "pypi", []),
     ],
@@ -167,8 +172,9 @@ def test_sgl_kernel_and_fixups_per_track(config, profile, track, install, pins):
     plan = planmod.resolve(config, profile=profile, sglang=track, machine=MACHINE)
     assert plan.sgl_kernel.source == install
     assert plan.build_args["SGL_KERNEL_SOURCE"] == install
-    assert [f.requirement for f in plan.fixups] == pins
+    assert [f"{f.install}:{f.requirement}" for f in plan.fixups] == pins
     assert plan.build_args["FIXUP_PINS"] == " ".join(pins)
+    assert plan.labels["sglang-sm120.fixups"] == (" ".join(p.partition(":")[2] for p in pins) or "none")
     if install == "wheel":
         assert plan.build_args["SGL_KERNEL_WHEEL_URL"].endswith("+cu130-cp310-abi3-manylinux2014_x86_64.whl")
         assert len(plan.build_args["SGL_KERNEL_WHEEL_SHA256"]) == 64
@@ -180,3 +186,36 @@ def test_plan_json_shows_the_sgl_kernel_source_and_pins(config):
     data = planmod.resolve(config, profile="release", sglang="0.5.9", machine=MACHINE).to_dict()
     assert data["sgl_kernel"]["source"] == "wheel"
     assert any("cudnn" in f["requirement"] and "9.15" in f["reason"] for f in data["fixups"])
+
+
+def test_a_pinned_wheel_is_labelled_with_its_own_version_and_archs(config):
+    """The 0.5.9 release installs upstream's `+cu130` wheel: the label names that build (verify then compares the local
+    part too) and the archs build.toml says it carries, not only what the plan asks for."""
+    plan = planmod.resolve(config, profile="release", sglang="0.5.9", machine=MACHINE)
+    wheel = config.tracks["0.5.9"].sgl_kernel.wheel
+    assert plan.sgl_kernel.version == "0.3.21+cu130" == plan.build_args["SGL_KERNEL_VERSION"]
+    assert plan.labels["sglang-sm120.sgl-kernel.version"] == "0.3.21+cu130"
+    assert plan.sgl_kernel.archs == ["sm_" + a for a in wheel.archs] and "sm_120a" in plan.sgl_kernel.archs
+    assert plan.labels["sglang-sm120.sgl-kernel.archs"] == ",".join(plan.sgl_kernel.archs)
+    offline = planmod.resolve(config, profile="offline", sglang="0.5.9", machine=MACHINE)
+    assert offline.sgl_kernel.version == "0.3.21"  # PyPI's wheel: no local label
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        (
+            "https://example.org/v/sgl_kernel-0.3.22+cu130-cp310-abi3-manylinux2014_x86_64.whl",
+            "a wheel of sgl-kernel 0.3.22+cu130",
+        ),
+        ("https://example.org/v/flashinfer-0.3.21-py3-none-any.whl", "a wheel of flashinfer 0.3.21"),
+        ("https://example.org/v/sgl_kernel-0.3.21.whl", "is not a wheel file name"),
+    ],
+)
+def test_a_wheel_url_of_another_package_or_version_is_exit_2(tmp_path, url, says):
+    pinned = cfg.load().tracks["0.5.9"].sgl_kernel.wheel.url
+    path = write_config(tmp_path, edit=lambda text: text.replace(pinned, url))
+    out = run_build_py("plan", "--config", str(path), "--profile", "release", "--sglang", "0.5.9")
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "sgl_kernel.wheel.url of sgl-kernel 0.3.21" in line and says in line

@@ -174,3 +174,20 @@ def test_verify_needs_an_image():
     proc = run_build_py("verify")
     assert proc.returncode == 2
     assert "--image" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("found", "label", "same"),
+    [
+        ("0.3.21+cu130", "0.3.21", True),  # upstream's CUDA 13 build under a PyPI pin's label
+        ("0.3.21", "0.3.21", True),
+        ("0.3.21+cu130", "0.3.21+cu130", True),  # a pinned wheel's own version
+        ("0.3.21", "0.3.21+cu130", False),  # PyPI's build where the plan pinned upstream's +cu130 one
+        ("0.3.21+cu129", "0.3.21+cu130", False),
+        ("0.3.22+cu130", "0.3.21", False),
+        ("0.3.21.post1", "0.3.21", False),
+        ("0.4.10", "0.4.10.0", True),  # PEP 440 equality, not text
+    ],
+)
+def test_a_version_label_means_the_public_version_and_a_pinned_local_part(found, label, same):
+    assert labels.is_labelled_version(found, label) is same

@@ -326,8 +326,10 @@ def test_publish_fans_out_over_the_plan_and_verifies_before_latest():
     assert "inputs.builder" in build["runs-on"], "the builder's runner label is chosen by an input"
     assert "builder" in _triggers(workflow)["workflow_dispatch"]["inputs"]
     script = " ".join(_runs(build))
-    for needle in ("--profile release", "--push-by-digest", "--sbom", "--provenance", "type=registry", "mode=max"):
+    for needle in ("--profile release", "--push-by-digest", "--provenance", "type=registry", "mode=max"):
         assert needle in script, needle
+    # BuildKit's SBOM lists the package-owned files (near or over the attestation limits): `build.py sbom` instead.
+    assert "--sbom" not in build["steps"][_step_index(build, "build.py build")]["run"]
     assert "ghcr.io" in " ".join(_runs(plan))
     assert _step_index(build, "build.py build") < _step_index(build, "docker pull") < _step_index(build, "verify")
 
@@ -360,8 +362,11 @@ def test_publish_tags_only_a_verified_attested_digest():
     sbom_at = _uses_index(build, "actions/attest", "sbom-path")
     assert "sbom-path" not in build["steps"][provenance_at]["with"], "no provenance attestation (only the SBOM's)"
     tags_at = _step_index(build, "imagetools create")
+    sbom_made_at = _step_index(build, "build.py sbom")
     assert build_at < verify_at < provenance_at < tags_at
-    assert verify_at < sbom_at < tags_at
+    assert verify_at < sbom_made_at < sbom_at < tags_at, "the SBOM is made from the verified digest, then attested"
+    assert build["steps"][sbom_at]["with"]["sbom-path"].endswith(".spdx.json")
+    assert "--out" in build["steps"][sbom_made_at]["run"]
     assert _step_index(build, "image/ref") >= tags_at, "the verified reference is handed on only once tagged"
     for step in (build["steps"][provenance_at], build["steps"][sbom_at]):
         assert step["with"]["subject-digest"] == "${{ steps.push.outputs.digest }}"
@@ -457,3 +462,53 @@ def test_pull_requests_and_issues_are_written_only_where_they_are_opened(path):
         runs = " ".join(_runs(job))
         assert (perms.get("pull-requests") == "write") == ("gh pr create" in runs), job_id
         assert (perms.get("issues") == "write") == ("gh issue create" in runs), job_id
+
+
+def _attest_steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return [step for step in job["steps"] if step.get("uses", "").startswith("actions/attest@")]
+
+
+def test_publish_skips_attestations_in_a_private_repository_with_a_notice():
+    """GitHub's artifact attestations need a public repository (or Enterprise Cloud): a private fork's run verifies
+    and tags the image, says why there are no attestations, and does not fail on them."""
+    build = _load("publish.yml")["jobs"]["build"]
+    attests = _attest_steps(build)
+    assert len(attests) == 2
+    for step in attests:
+        condition = step.get("if", "")
+        assert "!github.event.repository.private" in condition and "vars.ATTEST_PRIVATE == 'true'" in condition
+    notice = next(s for s in build["steps"] if "::notice" in s.get("run", ""))
+    assert notice["if"] == "github.event.repository.private && vars.ATTEST_PRIVATE != 'true'"
+    # The notice's condition is the attest steps' negation: exactly one of them runs.
+    assert build["steps"].index(notice) < build["steps"].index(attests[0])
+    tags_at = _step_index(build, "imagetools create")
+    assert "if" not in build["steps"][tags_at], "tags move whether or not there are attestations"
+
+
+def test_publish_builds_from_the_bases_digests():
+    """Each base tag is resolved to its digest before the build (unless build.toml pins one), and the build takes
+    the digests (build.py build --base-image-digest/--runtime-base-image-digest, which label the image)."""
+    build = _load("publish.yml")["jobs"]["build"]
+    resolve_at = _step_index(build, "imagetools inspect")
+    build_at = _step_index(build, "build.py build")
+    assert resolve_at < build_at
+    resolve = build["steps"][resolve_at]
+    assert resolve["id"] == "bases" and "*@sha256:*" in resolve["run"], "a digest pinned in build.toml stands"
+    step = build["steps"][build_at]
+    assert step["env"]["BASE_DIGEST"] == "${{ steps.bases.outputs.base_image }}"
+    assert step["env"]["RUNTIME_DIGEST"] == "${{ steps.bases.outputs.runtime_base_image }}"
+    assert "--base-image-digest" in step["run"] and "--runtime-base-image-digest" in step["run"]
+
+
+def test_publish_keeps_the_builders_cache_mounts_between_jobs():
+    """setup-buildx-action removes its builder at the end of a job (cleanup: true) and with it BuildKit's state,
+    the cache mounts included, unless the builder is named and keep-state is on: then the next job's builder of the
+    same name (one per runner) finds that state again."""
+    build = _load("publish.yml")["jobs"]["build"]
+    setup = build["steps"][_uses_index(build, "docker/setup-buildx-action")]
+    assert setup["with"]["keep-state"] is True
+    assert setup["with"].get("cleanup", True) is True  # the container goes, its state volume stays
+    assert setup["with"]["name"] == "${{ steps.builder.outputs.name }}"
+    naming = next(s for s in build["steps"] if s.get("id") == "builder")
+    assert "RUNNER_NAME" in naming["run"] and build["steps"].index(naming) < build["steps"].index(setup)
+    assert setup.get("with", {}).get("driver", "docker-container") == "docker-container"  # keep-state needs it
