@@ -1,11 +1,12 @@
 """Kubernetes manifests for serving on several machines: a kustomization around deploy/kubernetes/.
 
 deploy/kubernetes/base is a LeaderWorkerSet (one group of NODES pods, the leader serving HTTP), the leader's
-Service and the entrypoint's variables; components/<mode> sets the image's argument. `kustomization` adds what
-comes from the plan (the image and tag, the port, the JIT cache directory, the image's uid) and what the user
-chooses (nodes, GPUs per node, mode, models, NCCL), as kustomize's own `images`, `configMapGenerator` and JSON
-patches; `write` puts it beside a copy of the base and the components, so the directory is complete on its own
-(`kubectl apply -k DIR`, or a GitOps repository). The names it patches are read from the base, not repeated here.
+Service and the entrypoint's variables; components/<mode> sets the image's argument, components/api-key mounts
+an API key's Secret on the leader. `kustomization` adds what comes from the plan (the image and tag, the port, the
+JIT cache directory, the image's uid) and what the user chooses (nodes, GPUs per node, mode, models, NCCL, the
+key's Secret), as kustomize's own `images`, `configMapGenerator` and JSON patches; `write` puts it beside a copy
+of the base and the components, so the directory is complete on its own (`kubectl apply -k DIR`, or a GitOps
+repository). The names it patches are read from the base and the components, not repeated here.
 """
 
 from __future__ import annotations
@@ -35,14 +36,16 @@ LWS_GROUP, LWS_VERSION, LWS_KIND = "leaderworkerset.x-k8s.io", "v1", "LeaderWork
 HTTP_PORT_NAME = "http"  # the leader's probes and the Service name the port (deploy/kubernetes/base)
 MODELS_VOLUME = "models"
 CACHE_CLAIM = "cache"
+API_KEY_COMPONENT = "api-key"  # components/api-key: not a mode (components/<mode> are the others)
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")  # DNS-1123
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _IFNAME = re.compile(r"[A-Za-z0-9_.:-]+")  # one Linux interface name (gloo takes no NCCL-style prefix list)
 _RESOURCE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _QUANTITY = re.compile(r"[1-9][0-9]*(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 _REGISTRY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
+_SECRET_KEY = re.compile(r"(?!\.$|\.\.)[-._A-Za-z0-9]+")  # a Secret's key (IsConfigMapKey): not '.', not '..*'
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class Request:
     infiniband: bool = False
     rdma_resource: str | None = None
     cache_size: str | None = None
+    api_key_secret: str | None = None
+    api_key_secret_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class Base:
     image: str
     container: int  # index of the SGLang container in each template
     models_volume: int  # index of the models volume in each template
+    volumes: int  # how many volumes each template has (a component's volume comes after them)
     cache_claim: int  # index of the cache claim in volumeClaimTemplates
 
     @classmethod
@@ -103,6 +109,7 @@ class Base:
             image=images.pop(),
             container=0,
             models_volume=volumes[LEADER].index(MODELS_VOLUME),
+            volumes=len(volumes[LEADER]),
             cache_claim=claims.index(CACHE_CLAIM),
         )
 
@@ -122,8 +129,31 @@ def _one(docs: list[dict[str, Any]], kind: str, source: Path) -> dict[str, Any]:
     return found[0]
 
 
+@dataclass(frozen=True)
+class ApiKeyComponent:
+    """The Secret volume components/api-key appends to the leader's volumes, as written there: the name of the
+    volume, and the Secret's name and key that --api-key-secret and --api-key-secret-key replace."""
+
+    volume: str
+    secret: str
+    key: str
+
+    @classmethod
+    def read(cls, source: Path = SOURCE) -> ApiKeyComponent:
+        path = source / "components" / API_KEY_COMPONENT / KUSTOMIZATION
+        ops = [op for p in yaml.safe_load(path.read_text()).get("patches") or [] for op in yaml.safe_load(p["patch"])]
+        where = f"/spec/leaderWorkerTemplate/{LEADER}/spec/volumes/-"
+        found = [op["value"] for op in ops if op.get("op") == "add" and op.get("path") == where]
+        secrets = [v for v in found if len((v.get("secret") or {}).get("items") or []) == 1]
+        if len(found) != 1 or len(secrets) != 1:
+            raise CheckFailed(f"{path}: expected one volume added to the leader, a Secret with one item")
+        volume = secrets[0]
+        return cls(volume["name"], volume["secret"]["secretName"], volume["secret"]["items"][0]["key"])
+
+
 def modes_with_components(source: Path = SOURCE) -> set[str]:
-    return {p.parent.name for p in (source / "components").glob(f"*/{KUSTOMIZATION}")}
+    found = {p.parent.name for p in (source / "components").glob(f"*/{KUSTOMIZATION}")}
+    return found - {API_KEY_COMPONENT}
 
 
 def check(plan: Plan, request: Request, source: Path = SOURCE) -> None:
@@ -169,6 +199,22 @@ def check(plan: Plan, request: Request, source: Path = SOURCE) -> None:
         raise UsageError(f"--rdma-resource {request.rdma_resource}: only with --infiniband (NCCL uses sockets without)")
     _match("--cache-size", request.cache_size, _QUANTITY, "a storage size such as 50Gi or 200G")
     _match("--registry", request.registry, _REGISTRY, "a registry prefix such as ghcr.io/OWNER")
+    _match(
+        "--api-key-secret",
+        request.api_key_secret,
+        _DNS_SUBDOMAIN,
+        "a Secret name (DNS-1123: lower-case letters, digits, '-', and '.' between them)",
+    )
+    _match(
+        "--api-key-secret-key",
+        request.api_key_secret_key,
+        _SECRET_KEY,
+        "a key of a Secret: letters, digits, '-', '_', '.' (not '.', not starting with '..')",
+    )
+    if request.api_key_secret_key is not None and not request.api_key_secret:
+        raise UsageError(
+            f"--api-key-secret-key {request.api_key_secret_key!r}: only with --api-key-secret (the Secret holding it)"
+        )
 
 
 def _match(option: str, value: str | None, pattern: re.Pattern[str], allowed: str, longest: int = 253) -> None:
@@ -248,6 +294,28 @@ def _models_volume(request: Request) -> dict[str, Any] | None:
     return None
 
 
+def api_key_secret(request: Request, component: ApiKeyComponent) -> tuple[str, str] | None:
+    """The Secret that holds the leader's API key and its key in it, or None: no key."""
+    if not request.api_key_secret:
+        return None
+    return request.api_key_secret, request.api_key_secret_key or component.key
+
+
+def api_key_patch(secret: tuple[str, str] | None, base: Base, component: ApiKeyComponent) -> list[dict[str, Any]]:
+    """The user's Secret name and key in the volume components/api-key appends to the leader's (after the base's:
+    kustomize applies a kustomization's components before its own patches)."""
+    if secret is None:
+        return []
+    name, key = secret
+    volume = f"/spec/leaderWorkerTemplate/{LEADER}/spec/volumes/{base.volumes}"
+    return [
+        {"op": "test", "path": f"{volume}/name", "value": component.volume},
+        {"op": "test", "path": f"{volume}/secret/secretName", "value": component.secret},
+        {"op": "replace", "path": f"{volume}/secret/secretName", "value": name},
+        {"op": "replace", "path": f"{volume}/secret/items/0/key", "value": key},
+    ]
+
+
 def service_patch(plan: Plan) -> list[dict[str, Any]]:
     port = {"name": HTTP_PORT_NAME, "port": plan.image.port, "targetPort": HTTP_PORT_NAME, "protocol": "TCP"}
     return [{"op": "add", "path": "/spec/ports", "value": [port]}]
@@ -274,6 +342,8 @@ def kustomization(plan: Plan, request: Request, command: Sequence[str], base: Ba
     """kustomization.yaml's text: the base and the mode's component, with the plan's values and the user's."""
     base = base or Base.read()
     check(plan, request)
+    component = ApiKeyComponent.read()
+    secret = api_key_secret(request, component)
     name, tag = image_reference(plan, request.registry)
     lws_target = {"group": LWS_GROUP, "version": LWS_VERSION, "kind": LWS_KIND, "name": base.lws_name}
     service_target = {"version": "v1", "kind": "Service", "name": base.service_name}
@@ -282,7 +352,7 @@ def kustomization(plan: Plan, request: Request, command: Sequence[str], base: Ba
         data["namespace"] = request.namespace
     data |= {
         "resources": ["base"],
-        "components": [f"components/{request.mode}"],
+        "components": [f"components/{request.mode}"] + ([f"components/{API_KEY_COMPONENT}"] if secret else []),
         "images": [{"name": base.image, "newName": name, "newTag": tag}],
         "configMapGenerator": [
             {
@@ -292,20 +362,34 @@ def kustomization(plan: Plan, request: Request, command: Sequence[str], base: Ba
             }
         ],
         "patches": [
-            {"target": lws_target, "patch": _ops_text(lws_patch(plan, request, base))},
+            {
+                "target": lws_target,
+                "patch": _ops_text(lws_patch(plan, request, base) + api_key_patch(secret, base, component)),
+            },
             {"target": service_target, "patch": _ops_text(service_patch(plan))},
         ],
     }
+    key_line = (
+        f"# The leader's API key is a Secret's; create it first: {create_secret(request, secret)}\n" if secret else ""
+    )
     header = (
         f"{MARK} from the plan (SGLang {plan.sglang_version}, profile {plan.profile}):\n"
         f"#   {' '.join(command)}\n"
         f"# {request.nodes} nodes x {request.gpus} GPUs (TP {request.nodes * request.gpus}), mode {request.mode}, "
         f"image {name}:{tag}.\n"
+        f"{key_line}"
         "# Apply: kubectl apply -k THIS-DIRECTORY. Change a value by running the command again (base/ and\n"
         "# components/ here are copies of deploy/kubernetes/, replaced each time), or edit the literals below (the\n"
         "# entrypoint's variables, README: Running the image) and apply again. docs/kubernetes.md explains each.\n"
     )
     return header + yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=120)
+
+
+def create_secret(request: Request, secret: tuple[str, str]) -> str:
+    """The command that makes the Secret --api-key-secret names, from a FILE that holds the key on one line."""
+    name, key = secret
+    namespace = f" -n {request.namespace}" if request.namespace else ""
+    return f"kubectl create secret generic {name}{namespace} --from-file={key}=FILE"
 
 
 def _ops_text(ops: list[dict[str, Any]]) -> str:

@@ -8,12 +8,15 @@ and the environment a pod of the LeaderWorkerSet would see.
   LWS_GROUP_SIZE and LWS_WORKER_INDEX first in every container's `env`; the kubelet then takes `envFrom`, and each
   `env` entry in order with `$(VAR)` expanded over what came before it (`expand`).
 - `entrypoint_env`: that environment over the image's, for the entrypoint's --dry-run, with a directory standing for
-  the models volume (`models_volume`: a Kimi-K2.5-like NVFP4 target and an EAGLE-3 drafter, config.json only).
+  the models volume (`models_volume`: a Kimi-K2.5-like NVFP4 target and an EAGLE-3 drafter, config.json only) and
+  one for each Secret volume, written as the kubelet writes it (`secret_volume`).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -143,12 +146,48 @@ def models_volume(directory: Path) -> Path:
     return directory
 
 
-def entrypoint_env(docs: list[dict[str, Any]], index: int, volume: Path, **image: str) -> dict[str, str]:
-    """Pod `index`'s environment over the image's (`image`: SM120_PLAN, PYTHONPATH, ...), the models volume's mount
-    point replaced by `volume` as the mount would."""
-    mount = mount_path(template(one(docs, LWS_KIND), index), "models")
+def secret_volume(directory: Path, source: dict[str, Any], data: Mapping[str, str]) -> Path:
+    """A Secret volume (`source`: the volume's `secret`) with the Secret's `data`, as the kubelet writes it (its
+    atomic writer: ITEM -> ..data/ITEM, ..data -> a dated directory holding the files; each file's mode the item's
+    or defaultMode, 0644 by default). A key the items name that the Secret lacks: the kubelet would not start the
+    pod, and neither does this."""
+    items = source.get("items") or [{"key": key, "path": key} for key in data]
+    stamp = directory / "..2024_01_01_00_00_00.1"
+    stamp.mkdir(parents=True)
+    for item in items:
+        assert item["key"] in data, f"Secret {source['secretName']!r} has no key {item['key']!r}"
+        file = stamp / item["path"]
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(data[item["key"]])
+        os.chmod(file, item.get("mode", source.get("defaultMode", 0o644)))
+    (directory / "..data").symlink_to(stamp.name)
+    for item in items:
+        (directory / item["path"]).symlink_to(f"..data/{item['path']}")
+    return directory
+
+
+def entrypoint_env(
+    docs: list[dict[str, Any]],
+    index: int,
+    volume: Path,
+    secrets: Mapping[str, Mapping[str, str]] | None = None,
+    secrets_dir: Path | None = None,
+    **image: str,
+) -> dict[str, str]:
+    """Pod `index`'s environment over the image's (`image`: SM120_PLAN, PYTHONPATH, ...), the mount points replaced
+    as the mounts would: the models volume's by `volume`, each Secret volume's by a directory under `secrets_dir`
+    holding what `secrets` (Secret name -> its data) gives that Secret."""
+    pod = template(one(docs, LWS_KIND), index)
+    mounts = {mount_path(pod, "models"): volume}
+    for spec in pod["spec"].get("volumes") or []:
+        if "secret" in spec:
+            name = spec["secret"]["secretName"]
+            assert secrets and name in secrets and secrets_dir, f"pod {index} mounts the Secret {name!r}: give it"
+            directory = secrets_dir / f"pod-{index}" / spec["name"]
+            mounts[mount_path(pod, spec["name"])] = secret_volume(directory, spec["secret"], secrets[name])
     env = pod_env(docs, index)
     for key, value in env.items():
-        if value.startswith(mount + "/"):
-            env[key] = str(volume) + value[len(mount) :]
+        for mount, directory in mounts.items():
+            if value.startswith(mount + "/"):
+                env[key] = str(directory) + value[len(mount) :]
     return clean_env(**image, **env)

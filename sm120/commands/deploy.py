@@ -38,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--infiniband", action="store_true", help="NCCL over InfiniBand/RoCE (default: TCP sockets)")
     k.add_argument("--rdma-resource", metavar="NAME", help="with --infiniband: the RDMA device resource, e.g. rdma/ib")
     k.add_argument("--cache-size", metavar="SIZE", help="each pod's JIT cache claim (default: 50Gi)")
+    k.add_argument("--api-key-secret", metavar="NAME", help="the leader's API key from this Secret (default: no key)")
+    k.add_argument("--api-key-secret-key", metavar="KEY", help="the Secret's key that holds it (default: api-key)")
     k.set_defaults(func=run)
 
 
@@ -57,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         infiniband=args.infiniband,
         rdma_resource=args.rdma_resource,
         cache_size=args.cache_size,
+        api_key_secret=args.api_key_secret,
+        api_key_secret_key=args.api_key_secret_key,
     )
     text = kubernetes.kustomization(plan, request, command_line(args))
     kubernetes.write(args.out, text)
@@ -65,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         f"wrote {args.out}: {args.nodes} nodes x {args.gpus} GPUs (TP {args.nodes * args.gpus}), mode {args.mode}, "
         f"image {name}:{tag}"
     )
+    secret = kubernetes.api_key_secret(request, kubernetes.ApiKeyComponent.read())
+    if secret:
+        print(f"the API key's Secret first: {kubernetes.create_secret(request, secret)} (FILE: the key on one line)")
     print(f"apply: kubectl apply -k {shlex.quote(str(args.out))}")
     return 0
 
@@ -72,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
 # The options in the order `command_line` writes them (the ones left at their default are left out).
 OPTIONS = [
     "config", "profile", "sglang", "nodes", "gpus", "mode", "model_path", "draft_model_path", "registry", "namespace",
-    "models_pvc", "models_host_path", "nccl_socket_ifname", "infiniband", "rdma_resource", "cache_size", "out",
+    "models_pvc", "models_host_path", "nccl_socket_ifname", "infiniband", "rdma_resource", "cache_size",
+    "api_key_secret", "api_key_secret_key", "out",
 ]  # fmt: skip
 
 

@@ -4,7 +4,9 @@ Rendered with kubectl's own kustomize (what `kubectl apply -k` sends), each reso
 Kubernetes' schemas (kubernetes-validate, strict: unknown fields refused) and the LeaderWorkerSet against LWS's
 (deploy/kubernetes/schema, written from lws v0.10.0, its pod templates against Kubernetes' own); every pod's
 environment, made the way LWS and the kubelet make it, is given to the entrypoint's --dry-run, whose command must
-name the node count, the pod's rank and the leader's DNS name. No cluster: what only a cluster proves is T4.
+name the node count, the pod's rank and the leader's DNS name. With --api-key-secret the leader's Secret file,
+written as the kubelet writes it, reaches the entrypoint, which shows the key masked. No cluster: what only a
+cluster proves is T4.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from sm120 import config as cfg
 from sm120 import kubernetes
 from sm120 import plan as planmod
 from sm120.commands.build import tags_for
+from sm120.entrypoint import key_file
 from sm120.verify import startup
 from tests.entrypoint_helpers import fake_sglang, real_plan, run_entrypoint
 from tests.helpers import ROOT, run_build_py
@@ -104,18 +107,24 @@ def core_documents(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# Each rendering is validated as written and with the API key's Secret (--api-key-secret; its fixture below).
+RENDERINGS = pytest.mark.parametrize("rendering", ["rendered", "rendered_with_key"], ids=["no-key", "api-key"])
+
+
+@RENDERINGS
 @pytest.mark.parametrize("version", KUBERNETES)
 @pytest.mark.parametrize(("nodes", "mode"), CASES)
-def test_every_resource_validates_against_kubernetes_schemas(rendered, nodes, mode, version):
-    docs = rendered[nodes, mode]
+def test_every_resource_validates_against_kubernetes_schemas(request, rendering, nodes, mode, version):
+    docs = request.getfixturevalue(rendering)[nodes, mode]
     assert sorted(d["kind"] for d in docs) == ["ConfigMap", "LeaderWorkerSet", "Service"]
     for doc in core_documents(docs):
         kubernetes_validate.validate(doc, version, strict=True)
 
 
+@RENDERINGS
 @pytest.mark.parametrize(("nodes", "mode"), CASES)
-def test_the_leaderworkerset_validates_against_the_lws_schema(rendered, nodes, mode):
-    lws_validator().validate(one(rendered[nodes, mode], "LeaderWorkerSet"))
+def test_the_leaderworkerset_validates_against_the_lws_schema(request, rendering, nodes, mode):
+    lws_validator().validate(one(request.getfixturevalue(rendering)[nodes, mode], "LeaderWorkerSet"))
 
 
 BROKEN = {
@@ -270,8 +279,9 @@ def image_like(tmp_path_factory) -> dict[str, Any]:
     }
 
 
-def image_env(docs: list[dict[str, Any]], index: int, image_like: dict[str, Any]) -> dict[str, str]:
-    return entrypoint_env(docs, index, image_like["volume"], **{k: v for k, v in image_like.items() if k != "volume"})
+def image_env(docs: list[dict[str, Any]], index: int, image_like: dict[str, Any], **secrets: Any) -> dict[str, str]:
+    image = {k: v for k, v in image_like.items() if k != "volume"}
+    return entrypoint_env(docs, index, image_like["volume"], **secrets, **image)
 
 
 def dist_init_port(docs: list[dict[str, Any]]) -> int:
@@ -353,6 +363,142 @@ def test_lws_variables_come_first_and_win(rendered):
     container(template(lws, 2))["env"].insert(0, {"name": "LWS_WORKER_INDEX", "value": "7"})
     env = pod_env(docs, 2)
     assert env["LWS_WORKER_INDEX"] == env["NODE_RANK"] == "2" and env["NNODES"] == "3"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The API key: a Secret mounted as a file on the leader (--api-key-secret; components/api-key)
+# ---------------------------------------------------------------------------------------------------------------
+
+SECRET, SECRET_KEY = "sglang-key", "token"
+API_KEY = "k8s-test-key-3f9a1c7e5b2d4a60"  # what the Secret holds in the tests (never a real key)
+NO_KEY_WARNING = "with no API key"  # the entrypoint's warning (sm120/entrypoint/api_key.py)
+
+
+def with_key(*extra: str) -> list[str]:
+    return ["--api-key-secret", SECRET, "--api-key-secret-key", SECRET_KEY, *extra]
+
+
+@pytest.fixture(scope="module")
+def rendered_with_key(tmp_path_factory) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    out = {}
+    for nodes in NODES:
+        for mode in MODES:
+            directory = tmp_path_factory.mktemp(f"k8s-key-{nodes}-{mode}")
+            out[nodes, mode] = render(directory, *options(nodes, mode, *with_key()))
+    return out
+
+
+def key_parts(pod: dict[str, Any]) -> tuple[list[dict], list[dict], list[dict]]:
+    """The pod's Secret volumes, their mounts in the container and its API_KEY_FILE entries."""
+    c = container(pod)
+    volumes = [v for v in pod["spec"]["volumes"] if "secret" in v]
+    names = {v["name"] for v in volumes}
+    mounts = [m for m in c.get("volumeMounts") or [] if m["name"] in names]
+    env = [e for e in c.get("env") or [] if e["name"] == key_file.VARIABLE]
+    return volumes, mounts, env
+
+
+def without_key(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod template with its Secret volumes, their mounts and API_KEY_FILE taken out."""
+    pod = copy.deepcopy(pod)
+    volumes, mounts, env = key_parts(pod)
+    c = container(pod)
+    pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if v not in volumes]
+    c["volumeMounts"] = [m for m in c["volumeMounts"] if m not in mounts]
+    c["env"] = [e for e in c["env"] if e not in env]
+    return pod
+
+
+@pytest.mark.parametrize(("nodes", "mode"), CASES)
+def test_the_key_is_a_read_only_secret_file_on_the_leader_alone(rendered, rendered_with_key, nodes, mode):
+    docs, plain = rendered_with_key[nodes, mode], rendered[nodes, mode]
+    lws, plain_lws = one(docs, "LeaderWorkerSet"), one(plain, "LeaderWorkerSet")
+    leader = template(lws, 0)
+    (volume,), (mount,), (env,) = key_parts(leader)
+    secret = volume["secret"]
+    (item,) = secret["items"]
+    assert secret["secretName"] == SECRET and item["key"] == SECRET_KEY
+    assert not secret.get("optional"), "a missing Secret must stop the pod, not serve without a key"
+    assert mount["readOnly"] is True and "subPath" not in mount
+    assert env == {"name": key_file.VARIABLE, "value": f"{mount['mountPath']}/{item['path']}"}
+    # Root's file, the group the pod's fsGroup (the image's uid, as the process's supplementary group): the
+    # owner and that group read it, no one else does.
+    mode_bits = item.get("mode", secret.get("defaultMode", 0o644))
+    assert mode_bits & 0o440 == 0o440 and mode_bits & 0o007 == 0, oct(mode_bits)
+    security = leader["spec"]["securityContext"]
+    assert security["fsGroup"] == security["runAsUser"] == PLAN.image.uid
+    # The key changes nothing else: the same probes, port, mounts and pod as without it; the workers (no API,
+    # SGLang's stand-in health server only) and the ConfigMap and Service are those rendered without the option.
+    assert without_key(leader) == template(plain_lws, 0)
+    for index in range(1, nodes):
+        assert template(lws, index) == template(plain_lws, index)
+        assert key_parts(template(lws, index)) == ([], [], [])
+    assert [d for d in docs if d["kind"] != "LeaderWorkerSet"] == [d for d in plain if d["kind"] != "LeaderWorkerSet"]
+
+
+@pytest.mark.parametrize(("nodes", "mode"), CASES)
+def test_the_leaders_dry_run_takes_the_key_from_the_secret_and_masks_it(
+    rendered_with_key, image_like, tmp_path, nodes, mode
+):
+    docs = rendered_with_key[nodes, mode]
+    lws = one(docs, "LeaderWorkerSet")
+    secrets = {SECRET: {SECRET_KEY: API_KEY + "\n"}}  # as `--from-file` stores a file from `openssl rand > FILE`
+    for index in range(nodes):
+        env = image_env(docs, index, image_like, secrets=secrets, secrets_dir=tmp_path)
+        proc = run_entrypoint([*container(template(lws, index))["args"], "--dry-run"], env)
+        assert proc.returncode == 0, (index, proc.stderr)
+        assert API_KEY not in proc.stdout + proc.stderr
+        assert NO_KEY_WARNING not in proc.stderr
+        assert f"accepted by SGLang {PLAN.sglang_version}'s own parser" in proc.stdout
+        _, argv = startup.split_command(shlex.split(proc.stdout.strip().splitlines()[-1]))
+        if index == 0:
+            assert argv[-2:] == [key_file.OPTION, key_file.MASK], argv
+            assert key_file.read(env[key_file.VARIABLE]).value == API_KEY  # the file the entrypoint was given
+        else:
+            assert key_file.OPTION not in argv and key_file.VARIABLE not in env
+        assert startup.option_value(argv, "--node-rank") == str(index)
+
+
+@pytest.mark.parametrize(("nodes", "mode"), CASES)
+def test_without_the_option_nothing_of_a_key_and_the_leader_warns(rendered, image_like, nodes, mode):
+    docs = rendered[nodes, mode]
+    assert key_file.VARIABLE not in json.dumps(docs)
+    lws = one(docs, "LeaderWorkerSet")
+    for index in range(nodes):
+        assert key_parts(template(lws, index)) == ([], [], [])
+        proc = run_entrypoint(
+            [*container(template(lws, index))["args"], "--dry-run"], image_env(docs, index, image_like)
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert key_file.OPTION not in shlex.split(proc.stdout.strip().splitlines()[-1])
+        # HOST is 0.0.0.0 in a pod: the leader says it serves without a key; the workers serve no API.
+        assert (NO_KEY_WARNING in proc.stderr) == (index == 0), (index, proc.stderr)
+
+
+def test_the_api_key_options_reach_the_header_and_the_output(tmp_path):
+    out = tmp_path / "out"
+    proc = run_build_py("deploy", "kubernetes", *options(2, MODES[0], *with_key()), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    create = f"kubectl create secret generic {SECRET} -n {NAMESPACE} --from-file={SECRET_KEY}=FILE"
+    assert create in proc.stdout
+    text = (out / "kustomization.yaml").read_text()
+    assert create in text and "components/api-key" in text
+    # The header's command writes the same directory again, the key's Secret included.
+    header = text.splitlines()[1]
+    assert f"--api-key-secret {SECRET} --api-key-secret-key {SECRET_KEY}" in header
+    docs = kustomize(out)
+    again = run_build_py(*shlex.split(header.removeprefix("#   python3 build.py ")))
+    assert again.returncode == 0, again.stderr
+    assert kustomize(out) == docs
+    # The Secret's own key by default: the one components/api-key names.
+    docs = render(tmp_path / "default-key", *options(2, MODES[0], "--api-key-secret", SECRET))
+    ((volume,), _, _) = key_parts(template(one(docs, "LeaderWorkerSet"), 0))
+    assert volume["secret"]["items"][0]["key"] == kubernetes.ApiKeyComponent.read().key
+
+
+def test_the_api_key_component_is_not_a_mode():
+    assert kubernetes.API_KEY_COMPONENT not in kubernetes.modes_with_components()
+    assert (kubernetes.SOURCE / "components" / kubernetes.API_KEY_COMPONENT / "kustomization.yaml").is_file()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -457,6 +603,16 @@ BAD_INPUT = [
     ("cache-size", ["--mode", "baseline", "--cache-size", "lots"], ["--cache-size 'lots'"]),
     ("registry", ["--mode", "baseline", "--registry", "ghcr.io/my org"], ["--registry 'ghcr.io/my org'"]),
     ("track", ["--mode", "baseline", "--sglang", "0.4.0"], ["0.4.0"]),
+    ("pvc-dots", ["--mode", "baseline", "--models-pvc", "models..a"], ["--models-pvc 'models..a'"]),
+    ("secret-name", ["--mode", "baseline", "--api-key-secret", "My_Key"], ["--api-key-secret 'My_Key'", "DNS-1123"]),
+    ("secret-dots", ["--mode", "baseline", "--api-key-secret", "key..a"], ["--api-key-secret 'key..a'"]),
+    ("secret-dash", ["--mode", "baseline", "--api-key-secret", "key-"], ["--api-key-secret 'key-'"]),
+    ("secret-empty", ["--mode", "baseline", "--api-key-secret", ""], ["--api-key-secret ''"]),
+    ("secret-long", ["--mode", "baseline", "--api-key-secret", "k" * 254], ["--api-key-secret 'kkk"]),
+    ("secret-key", ["--mode", "baseline", "--api-key-secret", "k", "--api-key-secret-key", "a/b"], ["'a/b'"]),
+    ("secret-key-dot", ["--mode", "baseline", "--api-key-secret", "k", "--api-key-secret-key", "."], ["'.'"]),
+    ("secret-key-dotdot", ["--mode", "baseline", "--api-key-secret", "k", "--api-key-secret-key", "..k"], ["'..k'"]),
+    ("secret-key-alone", ["--mode", "baseline", "--api-key-secret-key", "api-key"], ["only with --api-key-secret"]),
 ]
 
 
