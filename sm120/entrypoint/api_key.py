@@ -60,7 +60,8 @@ def apply(cmd: Command, environ: Mapping[str, str], log: Log) -> key_file.ApiKey
     if not path:
         host = cmd.last("--host")
         rank = cmd.value("--node-rank") or "0"
-        serves = not (rank.isdigit() and int(rank) > 0)  # SGLang's other nodes run no HTTP server
+        # SGLang's other nodes run no HTTP server (a rank of any length: the number checks come later)
+        serves = not (rank.isascii() and rank.isdigit() and rank.lstrip("0") != "")
         if host is not None and serves and not key_file.is_loopback(host.value) and not cmd.has("--config"):
             log.warn(
                 f"SGLang listens on {host.label()} with no API key: whoever reaches port {cmd.value('--port')} "
