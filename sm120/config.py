@@ -205,6 +205,9 @@ class NotShipped(Strict):
     paths: list[str] = Field(min_length=1)
     reason: str = Field(min_length=1)
     source: str = Field(min_length=1)
+    # Only where torch is a build for this CUDA major (the CUDA libraries' wheels lay out differently per major);
+    # None: wherever the track is built.
+    torch_cuda: str | None = Field(default=None, pattern=r"^\d+$")
 
     @field_validator("paths")
     @classmethod

@@ -356,7 +356,11 @@ def resolve(
         patches=patches,
         patches_skipped=skipped,
         fixups=fixups,
-        not_shipped=[NotShippedPaths(list(n.paths), n.reason, n.source) for n in track.not_shipped],
+        not_shipped=[
+            NotShippedPaths(list(n.paths), n.reason, n.source)
+            for n in track.not_shipped
+            if n.torch_cuda is None or n.torch_cuda == cuda_major(torch_cuda)
+        ],
         max_jobs=parallelism.max_jobs,
         nvcc_threads=parallelism.nvcc_threads,
         parallelism_reason=parallelism.reason,
