@@ -6,8 +6,12 @@ error names the tracks and images that have it. Real plans of both tracks, the s
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from sm120.entrypoint import spec
 from sm120.verify import startup
 from tests.entrypoint_helpers import (
     clean_env,
@@ -75,7 +79,9 @@ def test_a_track_without_the_mla_drafter_names_the_track_that_has_it(tmp_path, p
     assert len(lines) <= 3 and "Traceback" not in proc.stderr
     text = " ".join(lines)
     assert "SGLang 0.5.9 has no drafter class Eagle3DeepseekV2ForCausalLM" in text and "from 0.5.12" in text
-    assert "use the image of track 0.5.23 (sglang-sm120:0.5.23-cu13.0.1-offline)" in text
+    elsewhere = spec.from_plan(json.loads(Path(plans["0.5.9"]).read_text())).drafters["Eagle3DeepseekV2ForCausalLM"]
+    assert "0.5.23" in elsewhere.tracks  # every track from 0.5.12 on (build.toml [eagle3_drafters])
+    assert f"use the image of track {', '.join(elsewhere.tracks)} ({', '.join(elsewhere.images)})" in text
     assert "LlamaForCausalLMEagle3" in text  # what this image's SGLang does have
 
 
