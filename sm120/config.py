@@ -260,7 +260,11 @@ class LocalBases(Strict):
 class BuilderNeeds(Strict):
     """What a machine needs to build one profile's image; `build.py preflight` checks the Docker Engine against it."""
 
-    min_disk_gib: float = Field(gt=0)  # free space where the engine keeps its data (docker info: DockerRootDir)
+    # Free space where the engine keeps its data (docker info: DockerRootDir) that one track's build needs from
+    # nothing, and (when set) once that track's image is in the engine with its stages cached: a rebuild then
+    # writes only what changed above them (the runtime layers and their export).
+    min_disk_gib: float = Field(gt=0)
+    min_disk_gib_rebuild: float | None = Field(default=None, gt=0)
     min_memory_gib: float = Field(gt=0)  # the engine's memory (docker info: MemTotal)
 
 

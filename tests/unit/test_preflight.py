@@ -22,9 +22,24 @@ class FakeClient:
     def __init__(self, root_dir: Path, memory_gib: float, cpus: int = 16) -> None:
         self._info = {"DockerRootDir": str(root_dir), "MemTotal": int(memory_gib * GIB), "NCPU": cpus}
         self.closed = False
+        self.present: set[str] = set()
 
     def info(self) -> dict[str, object]:
         return self._info
+
+    @property
+    def images(self):
+        import docker
+
+        present = self.present
+
+        class Images:
+            def get(self, tag: str) -> object:
+                if tag not in present:
+                    raise docker.errors.ImageNotFound(tag)
+                return object()
+
+        return Images()
 
     def close(self) -> None:
         self.closed = True
@@ -58,7 +73,7 @@ def test_a_runner_with_too_little_disk_fails_in_one_line_naming_found_and_needed
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [
         f"build.py preflight: failed: found 14.2 GiB free on {tmp_path}, "
-        f"the release build needs {needs().min_disk_gib:g} GiB"
+        f"the release build of 0.5.23 (from nothing) needs {needs().min_disk_gib:g} GiB"
     ]
     assert client.closed
 
@@ -76,7 +91,8 @@ def test_a_builder_that_fits_passes_and_says_what_it_found(tmp_path, engine_with
     engine_with(tmp_path, memory_gib=128, free_gib=500)
     assert cli.main(["preflight", "--profile", "release"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("preflight: the release build fits: 500.0 GiB free") and "128.0 GiB of memory" in out
+    assert out.startswith("preflight: the release build of 0.5.23 (from nothing) fits: 500.0 GiB free")
+    assert "128.0 GiB of memory" in out
 
 
 def test_the_profiles_own_needs_are_used(tmp_path, engine_with):
@@ -120,3 +136,24 @@ def test_builder_needs_must_be_positive(tmp_path):
     write_config(tmp_path, edit=lambda text: text.replace("min_memory_gib = 16", "min_memory_gib = 0", 1))
     with pytest.raises(UsageError, match="min_memory_gib"):
         cfg.load(tmp_path / "build.toml")
+
+
+def test_every_track_is_summed_and_an_image_already_built_needs_only_a_rebuild(tmp_path, engine_with, capsys):
+    """`./dev test` builds every track: from nothing each needs min_disk_gib; a track whose image the engine holds
+    (its stages cached) needs min_disk_gib_rebuild, so a warm machine is not refused a build it mostly has."""
+    offline = needs("offline")
+    assert offline.min_disk_gib_rebuild is not None and offline.min_disk_gib_rebuild < offline.min_disk_gib
+    config = cfg.load(ROOT / "build.toml")
+    tracks = sorted(config.tracks)
+    cold = offline.min_disk_gib * len(tracks)
+    client = engine_with(tmp_path, memory_gib=64, free_gib=cold - 1)
+    assert cli.main(["preflight", "--profile", "offline", "--every-track"]) == 1
+    err = capsys.readouterr().err
+    assert f"needs {cold:g} GiB" in err and all(f"{v} (from nothing)" in err for v in tracks)
+    from sm120 import plan as planmod
+
+    client.present = {planmod.resolve(config, profile="offline", sglang=v).tags[0] for v in tracks}
+    assert cli.main(["preflight", "--profile", "offline", "--every-track"]) == 0
+    out = capsys.readouterr().out
+    assert f"needs {offline.min_disk_gib_rebuild * len(tracks):g})" in out and "(a rebuild)" in out
+    assert cli.main(["preflight", "--profile", "offline", "--sglang", "0.5.99"]) == 2
