@@ -3,10 +3,14 @@
 re-ran), and the sizes of the devel base, the runtime image, and the runtime image built on the devel base.
 
     .venv/bin/python benchmarks/image_build.py [--cold] [--sglang V] [--out FILE]
+    .venv/bin/python benchmarks/image_build.py --sizes [--before] [--out FILE]
 
 --cold removes this project's images and BuildKit's whole build cache first (it rebuilds everything, the
 bases too): the figure a fresh machine sees. Without it the first build uses whatever cache is there.
-Writes a JSON report (default .cache/bench/image-build.json) and prints a markdown table.
+--sizes builds nothing: for every track's offline image in the engine, its size (MiB) and the venv's biggest
+packages; with --before also the same runtime stage built without the track's not_shipped entries (the image as it
+was before them: one more venv copy, removed after), so the figure before and after is measured, not summed.
+Writes a JSON report (default .cache/bench/image-build.json, image-sizes.json for --sizes) and prints markdown.
 """
 
 from __future__ import annotations
@@ -60,13 +64,85 @@ def size(client: docker.DockerClient, tag: str) -> int:
     return client.images.get(tag).attrs["Size"]
 
 
+MIB = 1 << 20
+
+
+def biggest(client: docker.DockerClient, tag: str, python: str, most: int = 12) -> list[tuple[str, int]]:
+    """The venv's biggest entries of site-packages (du -sm), as the image's own user sees them."""
+    site = f"/opt/venv/lib/python{python}/site-packages"
+    out = client.containers.run(
+        tag,
+        ["-c", f"cd {site} && du -sm -- * | sort -rn | head -n {most}"],
+        entrypoint=["bash"],
+        remove=True,
+        network_disabled=True,
+    ).decode()
+    return [(name, int(mib)) for mib, name in (line.split("\t", 1) for line in out.strip().splitlines())]
+
+
+def without_not_shipped(tag: str, track: str) -> str:
+    """The same runtime stage built with NOT_SHIPPED empty (the buildx command build.py runs, `--print`, with that
+    build argument and the tag changed): the image before the not_shipped entries. Returns its tag."""
+    cmd = shlex.split(
+        subprocess.run(
+            [*BUILD_PY, "build", "--profile", "offline", "--sglang", track, "--print"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    before = f"{tag}-before-slim"
+    cmd = ["NOT_SHIPPED=" if a.startswith("NOT_SHIPPED=") else a for a in cmd]
+    cmd = [before if a == tag else a for a in cmd]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return before
+
+
+def sizes(args: argparse.Namespace) -> int:
+    client = docker.from_env()
+    report: dict[str, object] = {"date": time.strftime("%Y-%m-%d"), "tracks": {}}
+    for track in plan(None)["tracks"]:
+        p = plan(track)
+        tag = p["tags"][0]
+        try:
+            client.images.get(tag)
+        except docker.errors.ImageNotFound:
+            print(f"{tag}: not in the engine (build it: build.py build --profile offline --sglang {track})")
+            continue
+        entry: dict[str, object] = {"tag": tag, "mib": size(client, tag) / MIB}
+        entry["biggest"] = biggest(client, tag, p["python_version"])
+        entry["left_out"] = [{"paths": n["paths"], "reason": n["reason"]} for n in p["not_shipped"]]
+        if args.before:
+            before = without_not_shipped(tag, track)
+            try:
+                entry["before_mib"] = size(client, before) / MIB
+                entry["before_biggest"] = biggest(client, before, p["python_version"])
+            finally:
+                client.images.remove(before)
+        report["tracks"][track] = entry  # type: ignore[index]
+    args.out.write_text(json.dumps(report, indent=2))
+    print("| track | image | MiB | before the not_shipped entries | biggest in site-packages (MiB) |")
+    print("|---|---|---|---|---|")
+    for track, e in report["tracks"].items():  # type: ignore[union-attr]
+        before = f"{e['before_mib']:,.0f}" if "before_mib" in e else "(--before)"
+        top = ", ".join(f"{name} {mib:,}" for name, mib in e["biggest"][:8])
+        print(f"| {track} | {e['tag']} | {e['mib']:,.0f} | {before} | {top} |")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cold", action="store_true", help="remove this project's images and the build cache first")
     ap.add_argument("--sglang", help="SGLang track (default: build.toml's)")
-    ap.add_argument("--out", type=Path, default=ROOT / ".cache/bench/image-build.json")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--sizes", action="store_true", help="sizes of every track's offline image; builds nothing")
+    ap.add_argument("--before", action="store_true", help="with --sizes: also the image without not_shipped")
     args = ap.parse_args()
+    name = "image-sizes.json" if args.sizes else "image-build.json"
+    args.out = args.out or ROOT / ".cache/bench" / name
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.sizes:
+        return sizes(args)
     p = plan(args.sglang)
     tag = p["tags"][0]
     track = ["--sglang", p["sglang_version"]]
