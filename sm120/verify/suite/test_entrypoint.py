@@ -65,7 +65,10 @@ def test_dry_run_prints_the_sglang_command(mode: str, box, image, expect, models
             ("spec_eagle_topk", "--speculative-eagle-topk"),
             ("spec_num_draft_tokens", "--speculative-num-draft-tokens"),
         ]:
-            assert _value(argv, option) == str(preset[key]), f"{option}: {_value(argv, option)} vs preset {preset}"
+            # the track's draft tree; none (SGLang chooses it) means the option is not passed at all
+            want = None if preset[key] is None else str(preset[key])
+            assert _value(argv, option) == want, f"{option}: {_value(argv, option)} vs preset {preset}"
+        assert "# draft tree: " in stdout and preset["draft_tree_reason"].split(":")[0] in stdout, stdout[:600]
     else:
         assert "--speculative-algorithm" not in argv
 
