@@ -1,5 +1,6 @@
-"""T2.5 meta-tests: the start-up check (tests/image/test_startup.py) fails `build.py verify`, naming the cause, on
-images derived from SM120_IMAGE that carry one known defect each:
+"""T2.5 meta-tests: the start-up check (sm120/verify/suite/test_startup.py) fails `build.py verify`, naming the cause,
+on images derived from the reference track's offline image (0.5.9: the release whose SGLang has both defects' gates;
+`./dev test` builds it; SM120_IMAGE when it is that track's) that carry one known defect each:
 
 - cuDNN 9.10 with torch 2.9.1: SGLang 0.5.9's cuDNN gate refuses every multimodal model (Kimi-K2.5). The derived
   image gets cuDNN 9.10.2.21's `libcudnn.so.9` (the shim torch loads) and `libcudnn_graph.so.9` (which answers
@@ -8,8 +9,9 @@ images derived from SM120_IMAGE that carry one known defect each:
   files are fetched from PyPI's nvidia-cudnn-cu12 9.10.2.21 wheel with HTTP range requests (remotezip: the
   wheel's index and those members, 1.4 MB, not its 707 MB), checked against the sha256 in the wheel's own
   RECORD, and cached under ~/.cache/sglang-sm120.
-- no `sgl_kernel/flash_ops`: SGLang's vision attention imports sgl_kernel.flash_attn at module level on CUDA, so
-  Kimi-K2.5 drops out of the model registry. The derived image removes the file (one layer with its whiteout).
+- no `sgl_kernel/flash_ops`: SGLang 0.5.9's vision attention imports sgl_kernel.flash_attn at module level on CUDA,
+  so Kimi-K2.5 drops out of the model registry. The derived image removes the file (one layer with its whiteout).
+  (0.5.2x loads FA3 lazily, on first use, so there the file's absence changes no start-up.)
 
 Each derived image is the image plus one layer, loaded with `docker load` in well under a second
 (tests/image_meta/derive.py): no container is started or committed.
@@ -27,10 +29,12 @@ import pytest
 import requests
 from packaging.version import Version
 
+from sm120 import config as cfg
 from sm120 import labels, pypi
+from sm120 import plan as planmod
 from sm120.verify import docker_env
 from tests.helpers import run_build_py
-from tests.image_meta.derive import IMAGE, needs_image
+from tests.image_meta.derive import needs_image
 
 pytestmark = [pytest.mark.image, pytest.mark.docker]
 
@@ -46,9 +50,27 @@ def left_by(dc, tag: str) -> list[str]:
     return [(c.get("Names") or [c["Id"]])[0] for c in docker_env.run_containers(dc) if c.get("ImageID") == image_id]
 
 
-def in_image(dc, command: str) -> str:
+@pytest.fixture(scope="module")
+def reference_image(dc) -> str:
+    """The offline image of the track on torch 2.9.1 (the reference track), built here; skipped when it is not."""
+    import docker
+
+    config = cfg.load()
+    for version in config.tracks:
+        if config.tracks[version].torch.version != "2.9.1":
+            continue
+        tag = planmod.resolve(config, profile="offline", sglang=version).tags[0]
+        try:
+            dc.images.get(tag)
+        except docker.errors.ImageNotFound:
+            pytest.skip(f"{tag} (the reference track, torch 2.9.1) is not built here: ./dev test builds every track")
+        return tag
+    pytest.skip("build.toml has no track on torch 2.9.1 (SGLang 0.5.9's gates)")
+
+
+def in_image(dc, image: str, command: str) -> str:
     """stdout of `sh -c command` in a throw-away container of the image (no network, removed)."""
-    out = dc.containers.run(IMAGE, entrypoint=["sh", "-c", command], network_mode="none", remove=True, user="root")
+    out = dc.containers.run(image, entrypoint=["sh", "-c", command], network_mode="none", remove=True, user="root")
     return out.decode().strip()
 
 
@@ -83,14 +105,15 @@ def _verify(tag: str, select: str) -> tuple[int, str, str, float]:
 
 
 @needs_image
-def test_cudnn_older_than_9_15_with_torch_2_9_1_fails_verify_naming_the_gate(dc, derived):
-    expect = labels.parse(dc.images.get(IMAGE).labels)
+def test_cudnn_older_than_9_15_with_torch_2_9_1_fails_verify_naming_the_gate(dc, derived, reference_image):
+    expect = labels.parse(dc.images.get(reference_image).labels)
     if Version(expect.torch).release[:3] != (2, 9, 1):
-        pytest.skip(f"SGLang's cuDNN gate is for torch 2.9.1 only; {IMAGE} has torch {expect.torch}")
-    found = in_image(dc, "find /opt/venv -name libcudnn.so.9 -path '*nvidia*' | head -1")
-    assert found, f"{IMAGE} has no libcudnn.so.9 under /opt/venv (torch {expect.torch} loads cuDNN from a wheel)"
+        pytest.skip(f"SGLang's cuDNN gate is for torch 2.9.1 only; {reference_image} has torch {expect.torch}")
+    found = in_image(dc, reference_image, "find /opt/venv -name libcudnn.so.9 -path '*nvidia*' | head -1")
+    assert found, f"{reference_image} has no libcudnn.so.9 under /opt/venv (torch {expect.torch}: cuDNN from a wheel)"
     lib_dir = found.rsplit("/", 1)[0]
-    tag = derived(IMAGE, add={f"{lib_dir}/{name}": (data, 0o755) for name, data in old_cudnn_libraries().items()})
+    old = old_cudnn_libraries()
+    tag = derived(reference_image, add={f"{lib_dir}/{name}": (data, 0o755) for name, data in old.items()})
     rc, stdout, stderr, took = _verify(tag, "test_sglang_accepts_the_entrypoints_command and kimi and baseline")
     assert rc == 1, (stdout + stderr)[-2000:]
     last = stderr.strip().splitlines()[-1]
@@ -102,10 +125,10 @@ def test_cudnn_older_than_9_15_with_torch_2_9_1_fails_verify_naming_the_gate(dc,
 
 
 @needs_image
-def test_an_image_without_flash_ops_fails_verify_naming_the_importing_module(dc, derived):
-    found = in_image(dc, "find /opt/venv -path '*/sgl_kernel/flash_ops*.so' | head -1")
+def test_an_image_without_flash_ops_fails_verify_naming_the_importing_module(dc, derived, reference_image):
+    found = in_image(dc, reference_image, "find /opt/venv -path '*/sgl_kernel/flash_ops*.so' | head -1")
     # Without it already (a source build of sgl-kernel without FA3), the image itself is the case.
-    tag = derived(IMAGE, remove=[found]) if found else IMAGE
+    tag = derived(reference_image, remove=[found]) if found else reference_image
     rc, stdout, stderr, took = _verify(tag, "test_the_registry_registers or test_kernel_libraries_imported")
     assert rc == 1, (stdout + stderr)[-2000:]
     last = stderr.strip().splitlines()[-1]
