@@ -353,6 +353,9 @@ def test_publish_tags_only_a_verified_attested_digest():
     runs = _runs(build)
     preflight = build["steps"][_step_index(build, "build.py")]["run"]
     assert "build.py preflight --profile release" in preflight, "the disk/memory preflight is the first build.py step"
+    assert '--sglang "$SGLANG"' in preflight and build["env"]["SGLANG"] == "${{ matrix.sglang }}", (
+        "preflight judges the job's own track (a warm builder holding its image is a rebuild)"
+    )
     script = " ".join(runs)
     assert "--push-by-digest" in script and not re.search(r"--push(?![\w-])", script), "no tagged push"
     assert "--tag" not in next(run for run in runs if "build.py build" in run)
@@ -421,9 +424,19 @@ def test_new_release_proposes_a_track_or_names_the_failed_step():
     assert track["needs"] == "find" and "needs.find.outputs.sglang != ''" in track["if"]
     order = [
         _step_index(track, needle)
-        for needle in ("build.py track add", "build.py track check", "patches matrix", "./dev build", "build.py verify")
+        for needle in (
+            "build.py track add",
+            "build.py track check",
+            "patches matrix",
+            "build.py preflight --profile offline --sglang",
+            "./dev build",
+            "build.py verify",
+        )
     ]
     assert order == sorted(order), order
+    assert ".venv/bin/python build.py preflight" in track["steps"][order[3]]["run"], "the job's own interpreter"
+    # A CI_RUNNER runner need not have jq: the track job reads JSON with Python.
+    assert not any(re.search(r"(^|[|$(\s])jq\s", run) for run in _runs(track)), "jq in the track job"
     script = " ".join(_runs(track))
     assert "--dry-run" in script and "start-up on the sm_120 persona" in script, (
         "the stanza and the table go in the body"
@@ -432,6 +445,17 @@ def test_new_release_proposes_a_track_or_names_the_failed_step():
     assert failed["if"] == "failure()" and "toJSON(steps)" in failed["env"]["STEPS"]
     named = {s["id"] for s in track["steps"] if "id" in s and s["id"] != "failed"}
     assert all(f"{step_id})" in failed["run"] for step_id in named), "every step with an id has a name in the issue"
+    # Every step of a passing run has an id, so a failure is never "a step without an id".
+    unnamed = [
+        s.get("name", s.get("uses", s.get("run"))) for s in track["steps"] if "id" not in s and not _on_failure(s)
+    ]
+    assert not unnamed, f"steps without an id (the issue could not name them): {unnamed}"
+    upload = next(s for s in track["steps"] if "upload-artifact" in s.get("uses", "") and not _on_failure(s))
+    assert upload["with"]["name"] == "proposal" and upload["with"]["if-no-files-found"] == "error"
+    assert upload["with"]["path"].startswith("${{ runner.temp }}/"), "the proposal is written under the runner's temp"
+    assert "PROPOSAL" not in track.get("env", {}), "PROPOSAL is set where the runner context is (each step)"
+    proposal = {s["env"]["PROPOSAL"] for s in track["steps"] if "PROPOSAL" in s.get("env", {})}
+    assert proposal == {upload["with"]["path"].rstrip("/")}, "the steps write where the upload reads"
 
     propose = jobs["propose"]
     assert set(propose["needs"]) == {"find", "track"} and "if" not in propose, "only after every step passed"
@@ -512,3 +536,112 @@ def test_publish_keeps_the_builders_cache_mounts_between_jobs():
     naming = next(s for s in build["steps"] if s.get("id") == "builder")
     assert "RUNNER_NAME" in naming["run"] and build["steps"].index(naming) < build["steps"].index(setup)
     assert setup.get("with", {}).get("driver", "docker-container") == "docker-container"  # keep-state needs it
+
+
+def _on_failure(step: dict[str, Any]) -> bool:
+    return "failure()" in str(step.get("if", ""))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Artifacts: hidden paths
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _expand(path: str, env: dict[str, Any]) -> str:
+    """`path` with `${{ env.X }}` / `$X` replaced from the workflow's and job's env and `${{ github.workspace }}` as
+    `$GITHUB_WORKSPACE`: what the upload reads, as far as the YAML alone says."""
+    for _ in range(3):  # an env value may name another
+        path = re.sub(r"\$\{\{\s*env\.(\w+)\s*\}\}", lambda m: str(env.get(m[1], m[0])), path)
+        path = re.sub(r"\$\{?(\w+)\}?", lambda m: str(env.get(m[1], m[0])), path)
+    return re.sub(r"\$\{\{\s*github\.workspace\s*\}\}", "$GITHUB_WORKSPACE", path)
+
+
+def hidden_uploads(workflow: dict[str, Any]) -> list[str]:
+    """Every upload-artifact path that is, or lies under, a dot file or folder (`.proposal/`, `out/.cache/x`)
+    without `include-hidden-files: true`: upload-artifact (v4.4 and later) leaves those out, so the artifact is
+    empty (and `if-no-files-found: error` fails the step)."""
+    bad = []
+    for job_id, job in workflow.get("jobs", {}).items():
+        env = {**(workflow.get("env") or {}), **(job.get("env") or {})}
+        for i, step in enumerate(job.get("steps", [])):
+            if step.get("uses", "").split("@")[0] != "actions/upload-artifact":
+                continue
+            with_ = step.get("with") or {}
+            if str(with_.get("include-hidden-files", "false")).lower() == "true":
+                continue
+            for line in str(with_.get("path", "")).splitlines():
+                path = _expand(line.strip().lstrip("!"), {**env, **(step.get("env") or {})})
+                if any(part.startswith(".") and part not in (".", "..") for part in re.split(r"[/\\]", path)):
+                    bad.append(
+                        f"job {job_id}, step {i} ({step.get('name', step.get('id', 'unnamed'))}): {line.strip()}"
+                    )
+    return bad
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_no_artifact_upload_of_a_hidden_path(path):
+    bad = hidden_uploads(_load(path.name))
+    assert not bad, (
+        "upload-artifact skips hidden files and folders (include-hidden-files: false): write the files elsewhere "
+        "(${{ runner.temp }}) or set include-hidden-files: true:\n" + "\n".join(bad)
+    )
+
+
+def test_the_hidden_upload_check_sees_hidden_paths():
+    def workflow(path: str, env: dict[str, str] | None = None, **with_: Any) -> dict[str, Any]:
+        step = {"uses": "actions/upload-artifact@" + "0" * 40, "with": {"name": "a", "path": path, **with_}}
+        return {"jobs": {"j": {"env": env or {}, "steps": [step]}}}
+
+    for hidden in (".proposal/", "out/.cache/x.json", "out/a\n.b/c", "${{ github.workspace }}/.proposal", "$P/x"):
+        assert hidden_uploads(workflow(hidden, {"P": "${{ github.workspace }}/.proposal"})), hidden
+    assert hidden_uploads(workflow("${{ env.P }}/", {"P": ".proposal"}))
+    for shown in ("${{ runner.temp }}/proposal/", "out/verify/", "./out/x", "../x", "out/bench/*.log"):
+        assert not hidden_uploads(workflow(shown)), shown
+    assert not hidden_uploads(workflow(".proposal/", **{"include-hidden-files": True}))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ci.yml's `./dev test` on a runner without the disk for T2
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _dev_test_without_t2(tmp_path: Path, t0_t1_passes: bool) -> subprocess.CompletedProcess[str]:
+    """`dev`'s test_without_t2 (with say and die), run with ruff/T0/T1 stubbed to pass or fail."""
+    text = (ROOT / "dev").read_text(encoding="utf-8")
+    functions = [
+        re.search(rf"^{name}\(\) {{.*?(?:\n}}|}}$)", text, re.M | re.S) for name in ("say", "die", "test_without_t2")
+    ]
+    assert all(functions), "dev has say, die and test_without_t2"
+    script = tmp_path / "harness.sh"
+    script.write_text(
+        "set -euo pipefail\n"
+        + "\n".join(m[0] for m in functions if m)
+        + f"\nruff_t0_t1() {{ echo ruff-t0-t1-ran; {'true' if t0_t1_passes else 'false'}; }}\n"
+        + 'test_without_t2 "build.py preflight: failed: found 14.2 GiB free, the offline build needs 80 GiB"\n'
+        + "echo reached-after\n",
+        encoding="utf-8",
+    )
+    env = {"PATH": "/usr/bin:/bin", "GITHUB_ACTIONS": "true"}
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30, check=False, env=env)
+
+
+def test_dev_test_runs_ruff_t0_t1_when_preflight_fails_and_then_fails_naming_it(tmp_path):
+    """A runner without the room for T2 (GitHub's: preflight fails): ./dev test still runs ruff, T0 and T1, then
+    exits 2 with preflight's line (and an error annotation): never green without T2. A failing T0/T1 keeps its
+    own exit status, and the T2 line is said again."""
+    passed = _dev_test_without_t2(tmp_path, t0_t1_passes=True)
+    assert passed.returncode == 2, passed
+    assert "ruff-t0-t1-ran" in passed.stdout and "reached-after" not in passed.stdout
+    assert "::error title=T2 not run::build.py preflight: failed: found 14.2 GiB free" in passed.stdout
+    assert "T2 not run: build.py preflight: failed" in passed.stderr
+    failed = _dev_test_without_t2(tmp_path, t0_t1_passes=False)
+    assert failed.returncode == 1 and "T2 not run: build.py preflight: failed" in failed.stderr, failed
+
+    # cmd_test: preflight before the background build; on its failure test_without_t2 (which never returns), so
+    # the build and T2 start only when preflight passed, exactly as before.
+    body = re.search(r"^cmd_test\(\) \{.*?^\}", (ROOT / "dev").read_text(encoding="utf-8"), re.M | re.S)
+    assert body is not None
+    cmd_test = body[0]
+    preflight_at = cmd_test.index("build.py preflight --profile offline --every-track")
+    assert preflight_at < cmd_test.index("test_without_t2") < cmd_test.index("build.py build --profile offline")
+    assert cmd_test.index("build.py build --profile offline") < cmd_test.index("ruff_t0_t1")
