@@ -18,7 +18,20 @@ from .errors import SweepError
 from .report import ENV, Row
 
 
-def _header(options: cli.Options, plan: machine.Plan, log: list[str]) -> list[str]:
+def _path_line(plan: machine.Plan, path: str) -> str:
+    """Which kernel SGLang's communicator ran (worker.symm_mem_path), and why."""
+    where = f"capability {plan.answered}, world size {plan.world_size}"
+    if path == report.MULTIMEM:
+        return (
+            f"path: multimem (multimem_all_reduce_ over NVLink multicast: SGLang selects it at {where}), not two-shot; "
+            "sm_120 takes two-shot, which --capability 12 measures"
+        )
+    if path == report.TWO_SHOT:
+        return f"path: two-shot (two_shot_all_reduce_: SGLang's kernel at {where})"
+    return f"path: {path}"
+
+
+def _header(options: cli.Options, plan: machine.Plan, log: list[str], path: str = report.TWO_SHOT) -> list[str]:
     cap = f"{plan.capability[0]}.{plan.capability[1]}"
     told = f"; the communicator was told {plan.answered}" if plan.answered != plan.capability[0] else ""
     names = sorted(set(plan.gpus))
@@ -28,7 +41,8 @@ def _header(options: cli.Options, plan: machine.Plan, log: list[str]) -> list[st
         + ("inside CUDA graphs" if options.cuda_graph else "eager"),
         f"GPUs: {gpus} (capability {cap}{told})",
         *(f"communicator: {re.sub(r'^[A-Z]+: (TorchSymmMemCommunicator: )?', '', m)}" for m in log if ENV not in m),
-        f"(the sweep sets {ENV} for its own communicator, so that every size it measures takes two-shot)",
+        _path_line(plan, path),
+        f"(the sweep sets {ENV} for its own communicator, so that every size it measures takes {path})",
         f"timings: median of {options.repeats} repeats after {options.warmup} warm-up, the slowest rank's; "
         "a repeat runs several all-reduces back to back (1 to 64, fewer for larger messages)",
     ]
@@ -66,11 +80,12 @@ def run(
     )
     first = results[0]
     rows = [Row(**r) for r in first["rows"]]
+    path = report.path_of(rows)
     advice = report.advise(rows, plan.world_size, plan.builtin)
-    out = [*_header(options, plan, first.get("log", [])), "", report.table(rows), ""]
+    out = [*_header(options, plan, first.get("log", []), path), "", report.table(rows), ""]
     bad = [r for r in rows if not r.sums_ok]
     if bad:
-        out.append(f"SUMS DIFFER at {', '.join(report.human(r.size) for r in bad)}: two-shot's sum is not NCCL's")
+        out.append(f"SUMS DIFFER at {', '.join(report.human(r.size) for r in bad)}: {path}'s sum is not NCCL's")
     else:
         out += advice.lines
     sys.stdout.write("\n".join(out) + "\n")
@@ -93,7 +108,7 @@ def run(
         except OSError as exc:
             raise errors.machine(f"--json {str(options.json)!r}: cannot write it ({exc.strerror or exc})") from None
     if bad:
-        raise errors.machine("two-shot's sum differs from NCCL's (the table says where): do not turn it on here")
+        raise errors.machine(f"{path}'s sum differs from NCCL's (the table says where): do not turn it on here")
     return 0
 
 

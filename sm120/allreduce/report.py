@@ -1,4 +1,9 @@
-"""From the measured rows to what the user reads: the table, the crossover and the limit to set."""
+"""From the measured rows to what the user reads: the table, the crossover and the limit to set.
+
+Every row carries the symmetric-memory path SGLang's communicator took (`Row.path`): two-shot on sm_120 (and with
+`--capability 12`), multimem where SGLang selects it (capability 9 or 10 with NVLink multicast, at the world sizes
+of its `_WORLD_SIZES_MULTIMEM`). The table, the crossover and the limit name that path: the limit applies to
+whichever path SGLang takes, for messages below it."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from .sizes import LIMIT_MAX, LIMIT_MIN, format_size, human
 
 ENV = "SM120_SYMM_MEM_MAX_SIZES"  # read by the torch-symm-mem-sm120 patch when the communicator is built
 RULE = "torch-symm-mem"  # build.toml's runtime rule that turns the communicator on (SKIP_RUNTIME_RULES names it)
+TWO_SHOT, MULTIMEM = "two-shot", "multimem"  # the kernels comm.all_reduce runs: two_shot_ / multimem_all_reduce_
 
 
 @dataclass(frozen=True)
@@ -16,16 +22,17 @@ class Row:
     """One message size: the median time of each path (the slowest rank's), and the two sum checks."""
 
     size: int  # bytes
-    two_shot_us: float
+    two_shot_us: float  # the symmetric-memory path's time, whichever `path` is (the name is kept for the JSON)
     nccl_us: float
-    exact: bool  # integer-valued data (every partial sum exact in bf16): two-shot == NCCL == the expected sum
-    random_diff: float  # random data: the largest |two-shot - NCCL|
+    exact: bool  # integer-valued data (every partial sum exact in bf16): symm-mem == NCCL == the expected sum
+    random_diff: float  # random data: the largest |symm-mem - NCCL|
     random_ok: bool  # within the bound of bf16 rounding in a different order
     ops: int = 1  # all-reduces per timed repeat (the median is per all-reduce)
+    path: str = TWO_SHOT  # the kernel SGLang's communicator ran: TWO_SHOT or MULTIMEM (worker.symm_mem_path)
 
     @property
     def faster(self) -> str:
-        return "two-shot" if self.two_shot_us < self.nccl_us else "NCCL"
+        return self.path if self.two_shot_us < self.nccl_us else "NCCL"
 
     @property
     def sums_ok(self) -> bool:
@@ -35,12 +42,17 @@ class Row:
 @dataclass(frozen=True)
 class Advice:
     crossover: int | None  # the smallest size from which NCCL is faster at every larger measured size
-    limit: int | None  # the value to set (messages strictly below it take two-shot); None: leave it off
+    limit: int | None  # the value to set (messages strictly below it take the symm-mem path); None: leave it off
     lines: list[str] = field(default_factory=list)
 
 
+def path_of(rows: Sequence[Row]) -> str:
+    """The symmetric-memory path of the rows (one communicator measured them all: one path)."""
+    return " / ".join(sorted({r.path for r in rows})) or TWO_SHOT
+
+
 def crossover(rows: Sequence[Row]) -> int | None:
-    """The start of the tail where NCCL is faster at every measured size; None when two-shot wins the largest."""
+    """The start of the tail where NCCL is faster at every measured size; None when symm-mem wins the largest."""
     start = None
     for row in reversed(sorted(rows, key=lambda r: r.size)):
         if row.faster != "NCCL":
@@ -50,11 +62,13 @@ def crossover(rows: Sequence[Row]) -> int | None:
 
 
 def advise(rows: Sequence[Row], world_size: int, builtin: int | None) -> Advice:
-    """The limit to set for `world_size`. SGLang takes two-shot for messages strictly below the limit, so the
-    limit is the crossover: every measured size below it, where two-shot was faster, goes to two-shot."""
+    """The limit to set for `world_size`. SGLang takes its symmetric-memory path (two-shot, or multimem where it
+    selects that) for messages strictly below the limit, so the limit is the crossover: every measured size below
+    it, where that path was faster, goes to it."""
     ordered = sorted(rows, key=lambda r: r.size)
     if not ordered:
         return Advice(None, None, ["no sizes measured"])
+    path = path_of(ordered)
     cross = crossover(ordered)
     built = f"built-in limit at world size {world_size}: {human(builtin)}" if builtin else ""
     if cross == ordered[0].size:
@@ -71,27 +85,33 @@ def advise(rows: Sequence[Row], world_size: int, builtin: int | None) -> Advice:
     if cross is None:
         limit = ordered[-1].size
         first = (
-            f"crossover: none up to {human(limit)}: two-shot is faster at the largest size measured; "
+            f"crossover: none up to {human(limit)}: {path} is faster at the largest size measured; "
             f"sweep larger sizes (--sizes) to find it"
         )
     else:
         below = max(r.size for r in ordered if r.size < cross)
         limit = cross
-        first = f"crossover: NCCL is faster from {human(cross)} on (two-shot up to {human(below)})"
+        first = f"crossover: NCCL is faster from {human(cross)} on ({path} up to {human(below)})"
     limit = min(max(limit, LIMIT_MIN), LIMIT_MAX)
     lines = [
         first,
-        f"limit to set: {ENV}={world_size}:{format_size(limit)}   (messages below {human(limit)} take two-shot)",
+        f"limit to set: {ENV}={world_size}:{format_size(limit)}   (messages below {human(limit)} take {path})",
     ]
+    if path != TWO_SHOT:
+        lines.append(
+            f"the limit is {path}'s: SGLang takes {path}, not two-shot, on these GPUs at world size {world_size}; "
+            "on sm_120 (two-shot over PCIe) measure there"
+        )
     if built:
         lines.append(built + (" (the same)" if builtin == limit else ""))
     return Advice(cross, limit, lines)
 
 
 def table(rows: Sequence[Row]) -> str:
-    """A Markdown table (it goes into notes as it is)."""
+    """A Markdown table (it goes into notes as it is); the symmetric-memory column is named after its path."""
+    path = path_of(rows)
     head = [
-        "| size | two-shot (us) | NCCL (us) | NCCL / two-shot | faster | integer sum | random: max diff |",
+        f"| size | {path} (us) | NCCL (us) | NCCL / {path} | faster | integer sum | random: max diff |",
         "| ---: | ---: | ---: | ---: | --- | --- | ---: |",
     ]
     body = [
@@ -105,6 +125,7 @@ def table(rows: Sequence[Row]) -> str:
 def as_json(meta: dict, rows: Sequence[Row], advice: Advice) -> dict:
     return {
         **meta,
+        "path": path_of(rows),
         "rows": [asdict(r) for r in sorted(rows, key=lambda r: r.size)],
         "crossover": advice.crossover,
         "limit": advice.limit,

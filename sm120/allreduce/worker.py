@@ -5,7 +5,9 @@ SGLang (srt/distributed/parallel_state.py, 0.5.9 and 0.5.23 alike) initialises t
 group and one gloo group per TP group (GroupCoordinator), and builds
 `TorchSymmMemCommunicator(group=<the gloo group>, device=torch.device(f"cuda:{local_rank}"))`; its all-reduce
 then takes `comm.all_reduce(x)` (out of place) for bf16 messages the communicator accepts and NCCL for the rest.
-The sweep does the same, with one process per GPU on one node (local rank = rank).
+The sweep does the same, with one process per GPU on one node (local rank = rank). Which kernel `comm.all_reduce`
+runs (two-shot, or multimem where SGLang selects it: capability 9 or 10 at some world sizes) is read off the built
+communicator (`symm_mem_path`) and reported with every row.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import MutableMapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from .errors import one_line
-from .report import ENV
+from .errors import PROG, one_line
+from .report import ENV, MULTIMEM, TWO_SHOT
 from .sizes import KiB, MiB, format_size, human
 
 COMMUNICATOR = "sglang.srt.distributed.device_communicators.torch_symm_mem:TorchSymmMemCommunicator"
@@ -50,6 +53,37 @@ class Job:
     def buffer_size(self) -> str:
         """The limit the sweep's own communicator gets: room for the largest size (SGLang takes sizes below it)."""
         return f"{self.world_size}:{format_size(max(self.sizes) + 4 * KiB)}"
+
+
+def rule_environment(environ: MutableMapping[str, str]) -> dict[str, str]:
+    """Give `environ` what the entrypoint gives the sweep, where it lacks it: the environment of the image's runtime
+    rules for the option the sweep measures (tools.TOOLS; on 0.5.23 the torch-symm-mem rule's
+    SGLANG_OPT_USE_INKLING_CUSTOM_AR=0, without which SGLang gives each rank a 512 MiB buffer), read from the
+    image's plan ($SM120_PLAN, else /etc/sglang-sm120/plan.json) as the entrypoint reads it (build.toml is where
+    the value is written). A variable already set wins, as through the entrypoint. Returns what it set; nothing
+    where there is no plan to read (outside the image)."""
+    from sm120.entrypoint import presets, tools
+    from sm120.entrypoint.errors import UsageError
+
+    try:
+        spec = presets.load(environ).spec
+    except UsageError:  # ImageError too: no plan (outside the image), or one that cannot be read
+        return {}
+    _, rules = tools.command(PROG, [], spec, {})
+    added = {name: value for name, value in rules.items() if name not in environ}
+    environ.update(added)
+    return added
+
+
+def symm_mem_path(comm: Any) -> str:
+    """The kernel `comm.all_reduce` runs, as both variants of the patch decide it: multimem_all_reduce_ where the
+    world size is in `_WORLD_SIZES_MULTIMEM` for the communicator's capability (the patch records that as
+    `use_multimem` when it builds the communicator), two_shot_all_reduce_ otherwise (always on capability 12)."""
+    multimem = getattr(comm, "use_multimem", None)
+    if multimem is None:  # an SGLang without the patch (or a stand-in): all_reduce's own test
+        table = getattr(comm, "_WORLD_SIZES_MULTIMEM", None) or {}
+        multimem = getattr(comm, "world_size", None) in table.get(getattr(comm, "device_capability", None), ())
+    return MULTIMEM if multimem else TWO_SHOT
 
 
 def ops_per_repeat(size: int) -> int:
@@ -125,6 +159,7 @@ class _Clock:
 
 
 def _run(rank: int, job: Job) -> dict[str, Any]:
+    rule_environment(os.environ)  # `python -m sm120.allreduce` outside the entrypoint gets its environment too
     import torch
     import torch.distributed as dist
 
@@ -162,13 +197,14 @@ def _run(rank: int, job: Job) -> dict[str, Any]:
                 "log": messages,
             }
         clock = _Clock(torch, device)
+        path = symm_mem_path(comm)
         rows = []
         for index, size in enumerate(job.sizes, 1):
-            row = _measure(job, torch, dist, comm, device_group, cpu_group, device, clock, size)
+            row = {**_measure(job, torch, dist, comm, device_group, cpu_group, device, clock, size), "path": path}
             rows.append(row)
             if rank == 0 and job.progress:
                 sys.stderr.write(
-                    f"[allreduce-sweep] {index}/{len(job.sizes)} {human(size)}: two-shot {row['two_shot_us']:.1f} us, "
+                    f"[allreduce-sweep] {index}/{len(job.sizes)} {human(size)}: {path} {row['two_shot_us']:.1f} us, "
                     f"NCCL {row['nccl_us']:.1f} us{'' if row['exact'] and row['random_ok'] else ', SUMS DIFFER'}\n"
                 )
                 sys.stderr.flush()
@@ -192,8 +228,8 @@ def _measure(
 
     x = values(rank).to(torch.bfloat16)
     expected = sum(values(r) for r in range(ws)).to(torch.bfloat16)
-    two_shot = comm.all_reduce(x)
-    if two_shot is None:
+    two_shot = comm.all_reduce(x)  # two-shot's or multimem's (symm_mem_path); the row's key says two_shot for both
+    if two_shot is None:  # live: 0.5.23's all_reduce returns None where should_torch_symm_mem_allreduce declines
         raise RuntimeError(f"the communicator declined a {human(size)} message (should_torch_symm_mem_allreduce)")
     nccl = x.clone()
     dist.all_reduce(nccl, group=device_group)

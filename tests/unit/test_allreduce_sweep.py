@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -266,8 +267,8 @@ def test_what_the_machine_cannot_do_is_one_line(names, argv, kw, code, first, ca
 # --------------------------------------------------------------------------------------------------
 
 
-def rows(*timings: tuple[str, float, float], exact: bool = True) -> list[Row]:
-    return [Row(sizes.parse_size(s), t, n, exact, 0.0, True) for s, t, n in timings]
+def rows(*timings: tuple[str, float, float], exact: bool = True, path: str = report.TWO_SHOT) -> list[Row]:
+    return [Row(sizes.parse_size(s), t, n, exact, 0.0, True, path=path) for s, t, n in timings]
 
 
 TYPICAL = rows(("4K", 8, 20), ("64K", 10, 22), ("1M", 30, 40), ("4M", 90, 100), ("8M", 200, 150), ("16M", 400, 280))
@@ -310,6 +311,25 @@ def test_the_rule_the_advice_names_turns_symm_mem_on_in_every_track():
         assert names == [report.RULE], version
 
 
+def test_multimem_rows_name_multimem_in_the_crossover_and_the_limit():
+    multimem = rows(("4K", 8, 20), ("1M", 30, 40), ("8M", 200, 150), ("16M", 400, 280), path=report.MULTIMEM)
+    a = report.advise(multimem, 4, 64 * MiB)
+    assert (a.crossover, a.limit) == (8 * MiB, 8 * MiB)
+    assert a.lines == [
+        "crossover: NCCL is faster from 8 MiB on (multimem up to 1 MiB)",
+        "limit to set: SM120_SYMM_MEM_MAX_SIZES=4:8MiB   (messages below 8 MiB take multimem)",
+        "the limit is multimem's: SGLang takes multimem, not two-shot, on these GPUs at world size 4; "
+        "on sm_120 (two-shot over PCIe) measure there",
+        "built-in limit at world size 4: 64 MiB",
+    ]
+    everywhere = report.advise(rows(("4K", 5, 20), ("64M", 900, 1000), path=report.MULTIMEM), 4, 64 * MiB)
+    assert everywhere.lines[0].startswith("crossover: none up to 64 MiB: multimem is faster at the largest size")
+    text = report.table(multimem)
+    assert text.splitlines()[0].startswith("| size | multimem (us) | NCCL (us) | NCCL / multimem | faster |")
+    assert "| 4 KiB | 8.0 | 20.0 | 2.50 | multimem | equal | 0 |" in text and "two-shot" not in text
+    assert report.path_of(multimem) == "multimem" and report.path_of([]) == "two-shot"
+
+
 def test_the_table_is_markdown_and_marks_a_differing_sum():
     text = report.table([*TYPICAL[:1], Row(MiB, 30, 40, False, 0.5, False)])
     head, _, first, second = text.splitlines()
@@ -350,6 +370,8 @@ def test_a_run_prints_the_table_the_crossover_and_the_limit(tmp_path, capsys):
     )
     assert out[1] == "GPUs: 2 x NVIDIA H200 (capability 9.0; the communicator was told 12)"
     assert out[2].startswith("communicator: two-shot all-reduce (capability 12, world size 2")
+    assert out[3] == "path: two-shot (two_shot_all_reduce_: SGLang's kernel at capability 12, world size 2)"
+    assert out[4].endswith("so that every size it measures takes two-shot)")
     assert any(line.startswith("note: these GPUs are capability 9.0, not sm_120") for line in out)
     assert "| 8 MiB | 200.0 | 150.0 | 0.75 | NCCL | equal | 0 |" in out
     assert out[-2] == "limit to set: SM120_SYMM_MEM_MAX_SIZES=2:8MiB   (messages below 8 MiB take two-shot)"
@@ -357,6 +379,107 @@ def test_a_run_prints_the_table_the_crossover_and_the_limit(tmp_path, capsys):
     data = json.loads(out_json.read_text())
     assert data["limit_env"] == "SM120_SYMM_MEM_MAX_SIZES=2:8MiB" and data["crossover"] == 8 * MiB
     assert data["answered_capability"] == 12 and data["capability"] == [9, 0] and len(data["rows"]) == 6
+    assert data["path"] == "two-shot" and {r["path"] for r in data["rows"]} == {"two-shot"}
+
+
+def test_multimem_taken_by_sglang_is_labelled_multimem(tmp_path, capsys):
+    """Capability 9 at TP 4 without --capability: SGLang's communicator takes multimem_all_reduce_ (the worker
+    reports it in every row); the header, the table and the advice say multimem, not two-shot."""
+    multimem = rows(("4K", 8, 20), ("1M", 30, 40), ("8M", 200, 150), path=report.MULTIMEM)
+    launch, seen = launcher_of(multimem)
+    out_json = tmp_path / "sweep.json"
+    argv = ["--sizes", "4K..8M", "--json", str(out_json)]
+    assert sweep_main.main(argv, make_machine=lambda: StandInMachine([H200] * 4, cap=(9, 0)), launcher=launch) == 0
+    assert seen["world_size"] == 4 and seen["capability"] is None
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "GPUs: 4 x NVIDIA H200 (capability 9.0)"
+    assert out[2] == (
+        "path: multimem (multimem_all_reduce_ over NVLink multicast: SGLang selects it at capability 9, world size "
+        "4), not two-shot; sm_120 takes two-shot, which --capability 12 measures"
+    )
+    assert out[3].endswith("so that every size it measures takes multimem)")
+    assert any(line.startswith("| size | multimem (us) | NCCL (us) | NCCL / multimem |") for line in out)
+    assert "| 4 KiB | 8.0 | 20.0 | 2.50 | multimem | equal | 0 |" in out
+    assert "crossover: NCCL is faster from 8 MiB on (multimem up to 1 MiB)" in out
+    assert "limit to set: SM120_SYMM_MEM_MAX_SIZES=4:8MiB   (messages below 8 MiB take multimem)" in out
+    assert not [line for line in out if "two-shot" in line and not line.startswith(("path:", "the limit is"))]
+    assert json.loads(out_json.read_text())["path"] == "multimem"
+
+
+def test_a_multimem_sum_that_differs_names_multimem(capsys):
+    launch, _ = launcher_of(
+        [*rows(("4K", 8, 20), path=report.MULTIMEM), Row(MiB, 30, 40, False, 0.0, True, 1, "multimem")]
+    )
+    assert sweep_main.main([], make_machine=lambda: StandInMachine([H200] * 4, cap=(9, 0)), launcher=launch) == 1
+    captured = capsys.readouterr()
+    assert "SUMS DIFFER at 1 MiB: multimem's sum is not NCCL's" in captured.out
+    assert captured.err.splitlines()[-1].startswith("allreduce-sweep: error: multimem's sum differs from NCCL's")
+
+
+# --------------------------------------------------------------------------------------------------
+# The worker's CPU parts: which path the communicator takes, the rules' environment
+# --------------------------------------------------------------------------------------------------
+
+
+class FakeCommunicator:
+    """What the worker reads off SGLang's communicator: the patch's use_multimem, or all_reduce's own inputs."""
+
+    _WORLD_SIZES_MULTIMEM: ClassVar[dict[int, list[int]]] = {9: [4, 6, 8], 10: [4, 6, 8]}  # 0.5.23's; 0.5.9: 10: [6, 8]
+
+    def __init__(self, world_size, capability, **attrs):
+        self.world_size, self.device_capability = world_size, capability
+        self.__dict__.update(attrs)
+
+
+@pytest.mark.parametrize(
+    "comm, path",
+    [
+        (FakeCommunicator(4, 9, use_multimem=True), "multimem"),  # as the patch records it
+        (FakeCommunicator(4, 12, use_multimem=False), "two-shot"),
+        (FakeCommunicator(2, 9, use_multimem=False), "two-shot"),
+        (FakeCommunicator(8, 10), "multimem"),  # without use_multimem: all_reduce's test on the table
+        (FakeCommunicator(2, 10), "two-shot"),
+        (FakeCommunicator(8, 12), "two-shot"),  # capability 12 is never in the table
+        (object(), "two-shot"),  # a stand-in with none of it
+    ],
+)
+def test_the_worker_reads_the_path_the_communicator_takes(comm, path):
+    assert worker.symm_mem_path(comm) == path
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
+def test_the_patch_records_use_multimem_as_all_reduce_decides(patch: Path):
+    text = patch.read_text()
+    assert "+        self.use_multimem = self.world_size in self._WORLD_SIZES_MULTIMEM.get(" in text
+    assert "+        if not self.use_multimem and not _group_has_peer_access(" in text
+
+
+@pytest.mark.parametrize("version", sorted(cfg.load().tracks))
+def test_outside_the_entrypoint_the_worker_gets_the_rules_environment(tmp_path, version):
+    plan = real_plan(tmp_path / "plan.json", version)
+    spec = entry_spec.from_plan(json.loads(plan.read_text()))
+    _, through_entrypoint = tools.command("allreduce-sweep", [], spec, {})  # what the entrypoint route adds
+    environ = {"SM120_PLAN": str(plan)}
+    assert worker.rule_environment(environ) == through_entrypoint
+    assert environ == {"SM120_PLAN": str(plan), **through_entrypoint}
+    if version == "0.5.23":
+        assert through_entrypoint == {"SGLANG_OPT_USE_INKLING_CUSTOM_AR": "0"}
+    for name in through_entrypoint:  # a variable already set wins, as through the entrypoint
+        environ = {"SM120_PLAN": str(plan), name: "1"}
+        assert worker.rule_environment(environ) == {k: v for k, v in through_entrypoint.items() if k != name}
+        assert environ[name] == "1"
+
+
+def test_without_a_plan_the_worker_adds_nothing(tmp_path):
+    environ = {"SM120_PLAN": str(tmp_path / "missing.json")}
+    assert worker.rule_environment(environ) == {} and environ == {"SM120_PLAN": str(tmp_path / "missing.json")}
+
+
+def test_the_worker_sets_the_rules_environment_before_it_imports_torch():
+    tree = ast.parse(Path(worker.__file__).read_text())
+    (run,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_run"]
+    first = run.body[0]
+    assert isinstance(first, ast.Expr) and ast.unparse(first) == "rule_environment(os.environ)"
 
 
 def test_on_sm120_no_note_is_printed(capsys):
