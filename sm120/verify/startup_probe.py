@@ -571,10 +571,11 @@ AUDIT: list[dict[str, str]] = []
 
 
 def audit(site: str, globs: list[str]) -> None:
-    """Record (sys.addaudithook: every open, import and socket connect of this process) what lands under a
-    not_shipped glob or leaves the machine."""
+    """Record (sys.addaudithook: every open, import, library load, program run and socket connect of this process)
+    what lands under a not_shipped glob or leaves the machine."""
     import fnmatch
     import ipaddress
+    from importlib.machinery import EXTENSION_SUFFIXES
 
     prefix = site.rstrip("/") + "/"
     seen: set[tuple[str, str]] = set()
@@ -590,14 +591,33 @@ def audit(site: str, globs: list[str]) -> None:
         rel = path[len(prefix) :]
         return any(fnmatch.fnmatchcase(rel, g) or fnmatch.fnmatchcase(rel, g + "/*") for g in globs)
 
+    def module_left_out(name: str) -> str | None:
+        # CPython raises "import" before it looks for the module, with no file name: a module whose file was left
+        # out is never found (ModuleNotFoundError, which a try/except may swallow), so its would-be paths are matched.
+        base = prefix + name.replace(".", "/")
+        for path in (base, base + ".py", base + "/__init__.py", *(base + s for s in EXTENSION_SUFFIXES)):
+            if left_out(path):
+                return path[len(prefix) :]
+        return None
+
+    def program(args: tuple) -> str | None:
+        # subprocess.Popen (executable, args, cwd, env); os.exec/os.posix_spawn (path, argv, env)
+        first = args[0] if args and args[0] else (args[1][0] if len(args) > 1 and args[1] else None)
+        return os.path.abspath(os.fsdecode(first)) if isinstance(first, (str, bytes)) else None
+
     def hook(event: str, args: tuple) -> None:
         try:
             if event == "open" and isinstance(args[0], str) and left_out(os.path.abspath(args[0])):
                 note("open", args[0])
             elif event == "import" and args[1] and isinstance(args[1], str) and left_out(args[1]):
                 note("import", f"{args[0]} from {args[1]}")
+            elif event == "import" and isinstance(args[0], str) and (path := module_left_out(args[0])):
+                note("import", f"{args[0]} (left out: {path})")
             elif event == "ctypes.dlopen" and isinstance(args[0], str) and left_out(os.path.abspath(args[0])):
                 note("dlopen", args[0])
+            elif event in ("subprocess.Popen", "os.exec", "os.posix_spawn") and (path := program(args)):
+                if left_out(path):
+                    note("run", path)
             elif event == "socket.connect" and isinstance(args[1], tuple) and args[1]:
                 host = str(args[1][0])
                 try:

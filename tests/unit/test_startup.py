@@ -419,7 +419,7 @@ sys.path.insert(0, sys.argv[1])
 import startup_probe as probe
 
 site = sys.argv[2]
-probe.audit(site, ["gone/cu12", "pkg/*.alt.so*"])
+probe.audit(site, ["gone/cu12", "pkg/*.alt.so*", "bin/ptxas"])
 for rel in ("gone/cu12/lib.so", "pkg/libx.alt.so.13", "pkg/kept.so"):
     try:
         open(os.path.join(site, rel)).close()
@@ -429,6 +429,15 @@ sys.path.insert(0, site)
 try:
     import gone  # noqa: F401  (a package dir that is shipped: not recorded)
 except ImportError:
+    pass
+try:
+    import gone.cu12.lib  # noqa: F401  (left out: never found, and the error is swallowed)
+except ImportError:
+    pass
+import subprocess
+try:
+    subprocess.run([os.path.join(site, "bin/ptxas"), "--version"], check=False)  # a left-out program, run
+except OSError:
     pass
 for address in (("127.0.0.1", 9), ("192.0.2.1", 80)):
     s = socket.socket()
@@ -444,7 +453,8 @@ print(json.dumps(probe.AUDIT))
 
 def test_the_audit_records_what_the_image_leaves_out_and_the_network(tmp_path):
     """The probe's audit hook (sm120/verify/startup_probe.py `audit`): an open of a not_shipped path is recorded,
-    one of a shipped path is not; a connect off the machine is, one to loopback is not."""
+    one of a shipped path is not; an import of a left-out module (which is never found) and a run of a left-out
+    program are recorded; a connect off the machine is, one to loopback is not."""
     site = tmp_path / "site"
     for rel in ("gone/__init__.py", "gone/cu12/lib.so", "pkg/libx.alt.so.13", "pkg/kept.so"):
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -462,4 +472,7 @@ def test_the_audit_records_what_the_image_leaves_out_and_the_network(tmp_path):
     events = [(e["event"], e["what"]) for e in json.loads(proc.stdout.strip().splitlines()[-1])]
     assert ("open", str(site / "gone/cu12/lib.so")) in events and ("open", str(site / "pkg/libx.alt.so.13")) in events
     assert not any("kept.so" in what or "__init__" in what for _, what in events)
+    assert ("import", "gone.cu12.lib (left out: gone/cu12/lib)") in events
+    assert ("run", str(site / "bin/ptxas")) in events
+    assert not any(event == "import" and what.startswith("gone ") for event, what in events)
     assert ("connect", "192.0.2.1:80") in events and not any("127.0.0.1" in what for _, what in events)

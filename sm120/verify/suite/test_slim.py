@@ -14,10 +14,20 @@ def test_the_images_venv_holds_none_of_what_its_plan_leaves_out(plan, py):
     globs = [glob for entry in plan.not_shipped for glob in entry.paths]
     if not globs:
         pytest.skip("the image's plan leaves nothing out")
+    # matched as the build leaves them out (docker/stages/venv_copy.py: fnmatch on the path below site-packages,
+    # where `*` spans directories), over the whole tree
     found = py(
-        "import glob, os, sys\n"
+        "import fnmatch, os\n"
         f"site = '/opt/venv/lib/python{plan.python_version}/site-packages'\n"
-        f"report({{g: sorted(glob.glob(os.path.join(site, g)))[:3] for g in {globs!r}}})\n"
+        f"globs = {globs!r}\n"
+        "hits = {g: [] for g in globs}\n"
+        "for root, dirs, files in os.walk(site):\n"
+        "    for name in dirs + files:\n"
+        "        rel = os.path.relpath(os.path.join(root, name), site)\n"
+        "        for g in globs:\n"
+        "            if fnmatch.fnmatchcase(rel, g) and len(hits[g]) < 3:\n"
+        "                hits[g].append(rel)\n"
+        "report(hits)\n"
     )
     present = {g: paths for g, paths in found.items() if paths}
     assert not present, f"the image ships what its plan leaves out: {present}"
@@ -25,8 +35,8 @@ def test_the_images_venv_holds_none_of_what_its_plan_leaves_out(plan, py):
 
 def test_flashinfer_fetches_no_cubins_from_the_network(image, py):
     """FlashInfer downloads a missing cubin (its TRT-LLM kernels for sm_100: no sm_120 cubins exist, and
-    flashinfer-cubin is not shipped) from FLASHINFER_CUBINS_REPOSITORY; the image points that at a directory of
-    its own that holds none, so such a kernel fails here instead of reaching the network."""
+    flashinfer-cubin is not shipped) from FLASHINFER_CUBINS_REPOSITORY; the image points that at a local path that
+    does not exist, so such a kernel fails here instead of reaching the network."""
     repository = image.env.get("FLASHINFER_CUBINS_REPOSITORY", "")
     assert repository.startswith("/") and "://" not in repository, f"FLASHINFER_CUBINS_REPOSITORY={repository!r}"
     found = py(
