@@ -9,7 +9,8 @@ import math
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TextIO
 
 from .errors import CheckFailed, UsageError, suggest
 
@@ -94,10 +95,13 @@ def add_config_args(parser: argparse.ArgumentParser, *, sglang: bool = True, pro
 
 
 MAX_MEMORY_GIB = 1 << 20  # 1 PiB: far above any builder, far below where GiB -> bytes overflows a float
+MIN_MEMORY_GIB = 0.1  # below it the plan would show 0.0 GiB and 0 jobs: no builder has less
 
 
 def memory_gib(text: str) -> float:
     value = positive_float(text)
+    if value < MIN_MEMORY_GIB:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_MEMORY_GIB} (GiB: ~100 MiB), got {shown(text)}")
     if value > MAX_MEMORY_GIB:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_MEMORY_GIB} (GiB: 1 PiB), got {shown(text)}")
     return value
@@ -142,21 +146,77 @@ def build_parser() -> Parser:
     return parser
 
 
-def _stdout_closed() -> int:
-    """The reader of stdout went away (`build.py plan --json | head -c1`): no traceback, and none at exit either
-    (Python flushes stdout once more when it exits: point it at /dev/null, as the Python docs advise)."""
+class _StdoutFailed(Exception):
+    """Writing standard output failed (a full disk, an I/O error): one line and exit 1, not a traceback. Not an
+    OSError, so that a command's own handling of its files (and argparse's of --help) does not take it for theirs."""
+
+
+def _guarded(call: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return call(*args)
+    except BrokenPipeError:  # the reader went away: main's own case (exit 141, silently)
+        raise
+    except OSError as exc:
+        raise _StdoutFailed(exc.strerror or str(exc)) from None
+
+
+class _GuardedStdout:
+    """sys.stdout while build.py runs: an OSError from writing it is told apart from any other OSError."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return _guarded(self._stream.write, text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        _guarded(self._stream.writelines, lines)
+
+    def flush(self) -> None:
+        _guarded(self._stream.flush)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _stdout_to_devnull() -> None:
+    """Python flushes stdout once more when it exits: point it at /dev/null (as the Python docs advise), so that
+    what could not be written gives no "Exception ignored" line there either."""
     with contextlib.suppress(OSError, ValueError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`build.py plan --json | head -c1`): no traceback, and none at exit either."""
+    _stdout_to_devnull()
     return 141  # 128 + SIGPIPE, what a shell tool that died of the signal reports
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     try:
-        return _run(args)
+        return build_parser().parse_args(argv)
+    except SystemExit:  # --help (or a usage error): what --help printed reaches stdout before the exit
+        sys.stdout.flush()
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    stream, prog = sys.stdout, "build.py"
+    sys.stdout = _GuardedStdout(stream)  # type: ignore[assignment]
+    try:
+        args = _parse(argv)
+        prog = f"build.py {args.command}"
+        code = _run(args)
+        sys.stdout.flush()  # here, not at exit: `build.py plan > /dev/full` is one line below, not a traceback
+        return code
     except BrokenPipeError:
         return _stdout_closed()
+    except _StdoutFailed as exc:  # not a usage error (exit 2): the command did its work, its output was lost
+        _stdout_to_devnull()
+        print(f"{prog}: error: cannot write to standard output: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        sys.stdout = stream
 
 
 def _run(args: argparse.Namespace) -> int:

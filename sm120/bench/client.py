@@ -259,8 +259,10 @@ def normalize_endpoint(text: str, default_port: int) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"--endpoint {text!r}: give an http(s) URL such as http://127.0.0.1:{default_port}")
     port_text = parts.netloc.rsplit("]", 1)[-1].rpartition(":")[2] if ":" in parts.netloc.rsplit("]", 1)[-1] else ""
-    if port_text and not (re.fullmatch(r"[0-9]{1,5}", port_text) and 1 <= int(port_text) <= 65535):
-        raise UsageError(f"--endpoint {text!r}: port {port_text!r} is not a port (1 to 65535, ASCII digits)")
+    if port_text and not (re.fullmatch(r"[1-9][0-9]{0,4}", port_text) and int(port_text) <= 65535):
+        raise UsageError(
+            f"--endpoint {text!r}: port {port_text!r} is not a port (1 to 65535, ASCII digits, no leading zeros)"
+        )
     if ":" in parts.netloc.rsplit("]", 1)[-1] and not port_text:
         raise UsageError(f"--endpoint {text!r}: the port after ':' is empty (e.g. :{default_port})")
     if not raw.isascii() or any(c.isspace() for c in raw):

@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .. import image_ref
+from .. import gpu_ids, image_ref
 from ..errors import UsageError
 from ..verify import runner
 
@@ -53,6 +53,7 @@ def check_junit(path: Path | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     image_ref.check_reference(args.image, "--image", allow_id=True)
+    gpus = None if args.gpus is None else gpu_ids.check_gpus(args.gpus, "--gpus")  # before Docker is asked
     check_junit(args.junit)
-    extra_env = {"SM120_VERIFY_GPUS": args.gpus} if args.gpus else {}
+    extra_env = {"SM120_VERIFY_GPUS": gpus} if gpus else {}
     return runner.run(args.image, junit=args.junit, select=args.select, verbose=args.verbose, extra_env=extra_env)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -133,6 +134,33 @@ def _check_models(
     return target
 
 
+class StdoutFailed(Exception):
+    """Writing --help or the --dry-run command to stdout failed (`> /dev/full`; `| head -1`: closed)."""
+
+    def __init__(self, reason: str, closed: bool) -> None:
+        super().__init__(reason)
+        self.closed = closed
+
+
+def _emit(text: str) -> None:
+    """Write text to stdout and flush it now, not at exit, where a failure is a Python "Exception ignored"."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        raise StdoutFailed(exc.strerror or str(exc), isinstance(exc, BrokenPipeError)) from None
+
+
+def _stdout_failed(exc: StdoutFailed) -> int:
+    """One line (none for a reader gone away), and stdout pointed at /dev/null: Python flushes it again at exit."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if exc.closed:
+        return 141  # 128 + SIGPIPE, as a shell tool killed by the signal
+    sys.stderr.write(f"entrypoint: error: cannot write to standard output: {exc}\n")
+    return 1
+
+
 def _check_config_file(cmd: options.Command) -> None:
     """SGLang's --config YAML is read by its parser: a FIFO there would hold the check (and the start) forever."""
     item = cmd.last("--config")
@@ -178,7 +206,7 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         except OSError as exc:
             raise ImageError(f"cannot start {request.tool}: {exc.strerror or exc}") from None
     if request.help:
-        sys.stdout.write(helptext.render(spec, plan_error))
+        _emit(helptext.render(spec, plan_error))
         return 0
     if loaded is None:
         raise plan_error or ImageError("the image's presets cannot be read")
@@ -190,13 +218,14 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
     if {"-h", "--help"} & set(request.sglang_args):  # SGLang's own help: nothing to check
         final = _sglang(request.sglang_args)
         if request.dry_run:
-            print(_shell_line(final, {}))
+            _emit(_shell_line(final, {}) + "\n")
             return 0
         try:
             os.execve(final[0], final, dict(environ))
         except OSError as exc:
             raise ImageError(f"cannot start {final[0]}: {exc.strerror or exc}") from None
 
+    preflight.visible_devices(environ)  # the string alone (a GPU named twice): --dry-run checks it too
     cmd = assemble.build(spec, request.mode, environ, request.sglang_args, log)
     key = api_key.apply(cmd, environ, log)  # first: the checks below show values, and a key is never shown
     installed = sglang_source.locate()
@@ -230,12 +259,13 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
 
     if request.dry_run:
         log.flush(sys.stderr)
-        print(f"# mode {request.mode}: SGLang {spec.sglang_version} presets from {loaded.source}")
-        print(f"# {outcome.summary}")
+        lines = [f"# mode {request.mode}: SGLang {spec.sglang_version} presets from {loaded.source}"]
+        lines.append(f"# {outcome.summary}")
         if mode.draft:
-            print(f"# draft tree: {_draft_tree(cmd, mode, request.mode)}")
-        print("# not run by --dry-run: the GPU, /dev/shm and JIT-cache checks")
-        print(_shell_line(final, cmd.env))
+            lines.append(f"# draft tree: {_draft_tree(cmd, mode, request.mode)}")
+        lines.append("# not run by --dry-run: the GPU, /dev/shm and JIT-cache checks")
+        lines.append(_shell_line(final, cmd.env))
+        _emit("".join(f"{line}\n" for line in lines))
         return 0
 
     if key is not None:
@@ -258,6 +288,8 @@ def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(exc.render())
         return exc.exit_code
+    except StdoutFailed as exc:
+        return _stdout_failed(exc)
     except KeyboardInterrupt:
         return 130
     except RecursionError:  # a value nested beyond reason (a config.json, a plan) that a check walked into

@@ -1,4 +1,5 @@
-"""Checks of the machine before SGLang starts (skipped by --dry-run, which never touches a GPU).
+"""Checks of the machine before SGLang starts (skipped by --dry-run, which never touches a GPU; it checks only
+CUDA_VISIBLE_DEVICES as a string: visible_devices).
 
 - GPUs, through NVML (libnvidia-ml.so.1, which the NVIDIA Container Toolkit mounts with `--gpus`) or else
   `nvidia-smi`: none visible is an error that says `--gpus all`; fewer than this node needs is an error; a
@@ -138,28 +139,40 @@ def visible_gpus(environ: Mapping[str, str]) -> list[Gpu]:
         raise UsageError(f"no NVIDIA GPU is usable here: {exc}", NO_GPU_HINT) from None
     if gpus is None:
         raise UsageError("no NVIDIA GPU is visible (no NVML library, no nvidia-smi)", NO_GPU_HINT)
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        wanted = [v.strip() for v in visible.split(",") if v.strip()]
-        if not wanted or wanted[0] in ("-1", "NoDevFiles"):
+    wanted = visible_devices(environ)
+    if wanted is not None:
+        if not wanted:
+            visible = environ.get("CUDA_VISIBLE_DEVICES", "")
             raise UsageError(f"CUDA_VISIBLE_DEVICES={show(visible)} hides every GPU", "unset it, or list GPU indices")
-        if not all(w.isascii() and w.isprintable() for w in wanted):
-            raise UsageError(
-                f"CUDA_VISIBLE_DEVICES={show(visible)}: not GPU indices or UUIDs",
-                "allowed: ASCII GPU indices or UUIDs, comma-separated, e.g. 0,1",
-            )
-        twice = _named_twice(wanted)
-        if twice is not None:
-            raise UsageError(
-                f"CUDA_VISIBLE_DEVICES={show(visible)} names GPU {twice} twice",
-                "list each GPU once, e.g. 0,1 (TP_SIZE counts GPUs: the same card twice is not two)",
-            )
         if all(w.isdigit() for w in wanted):
             by_index = {g.index: g for g in gpus}
             gpus = [by_index[int(w)] for w in wanted if int(w) in by_index]
         else:  # UUIDs or MIG names: count them
             gpus = gpus[: len(wanted)]
     return gpus
+
+
+def visible_devices(environ: Mapping[str, str]) -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES's entries, checked as a string only (no GPU is probed, so --dry-run checks it too):
+    None when unset; [] when it hides every GPU (refused by visible_gpus, when starting: a dry run needs none)."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return None
+    wanted = [v.strip() for v in visible.split(",") if v.strip()]
+    if not wanted or wanted[0] in ("-1", "NoDevFiles"):
+        return []
+    if not all(w.isascii() and w.isprintable() for w in wanted):
+        raise UsageError(
+            f"CUDA_VISIBLE_DEVICES={show(visible)}: not GPU indices or UUIDs",
+            "allowed: ASCII GPU indices or UUIDs, comma-separated, e.g. 0,1",
+        )
+    twice = _named_twice(wanted)
+    if twice is not None:
+        raise UsageError(
+            f"CUDA_VISIBLE_DEVICES={show(visible)} names GPU {twice} twice",
+            "list each GPU once, e.g. 0,1 (TP_SIZE counts GPUs: the same card twice is not two)",
+        )
+    return wanted
 
 
 def _named_twice(wanted: list[str]) -> str | None:

@@ -5,7 +5,8 @@ ended by --timeout and --request-timeout, deadlines measured from the request's 
 restarts with every byte); a second bench on the same --out is refused (fcntl lock) instead of one label's runs
 being lost; SIGTERM keeps the runs, marks the label interrupted and writes bench.md, as Ctrl-C does; a label
 with a carriage return or another control character is refused; a full disk under --out (a real tmpfs of a few
-pages, in a mount namespace of its own) prints what bench.json would hold and exits 1 in one line.
+pages, in a mount namespace of its own) prints what bench.json would hold and exits 1 in one line; an
+--endpoint port with leading zeros is refused, as the entrypoint refuses PORT=0080.
 """
 
 from __future__ import annotations
@@ -201,6 +202,34 @@ def test_a_label_with_control_characters_is_refused(tmp_path, capsys, flag, name
     assert f"{flag} {name!r}" in last and "control characters or surrounding spaces" in last
     assert "\r" not in err.replace(repr(name), "")
     assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Endpoint ports: as the entrypoint reads PORT (no leading zeros: 0080 is not the port 80 a reader sees)
+# --------------------------------------------------------------------------------------------------
+
+ENDPOINT_PORTS = [
+    ("bare-leading-zero", "h:0080", "port '0080'"),
+    ("url-leading-zero", "http://h:0080", "port '0080'"),
+    ("ipv6-leading-zero", "http://[::1]:030000", "port '030000'"),
+    ("zeros", "h:00", "port '00'"),
+    ("zero", "h:0", "port '0'"),
+]
+
+
+@pytest.mark.parametrize(("endpoint", "expected"), [c[1:] for c in ENDPOINT_PORTS], ids=[c[0] for c in ENDPOINT_PORTS])
+def test_an_endpoint_port_with_leading_zeros_is_refused(tmp_path, capsys, endpoint, expected):
+    argv = ["bench", "--endpoint", endpoint, "--label", "x", "--out", str(tmp_path / "o")]
+    rc, _, err = run_cli(capsys, *argv)
+    last = last_line(rc, err, 2)
+    assert f"--endpoint {endpoint!r}: {expected} is not a port" in last and "no leading zeros" in last, last
+    assert not (tmp_path / "o").exists()
+
+
+def test_endpoint_ports_without_leading_zeros_still_work():
+    assert client.normalize_endpoint("h:80", 30000) == "http://h:80"
+    assert client.normalize_endpoint("http://h:65535", 30000) == "http://h:65535"
+    assert client.normalize_endpoint("h", 30000) == "http://h:30000"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@
    bench's options, a bench prompts file);
 3. `build.py build` checks its own arguments (tag, registry, --target, --cache-from/--cache-to) before anything
    runs;
-4. empty or malformed image references in `verify --image` and `bench --image`;
-5. plumbing: a closed stdout, `patches apply --dest` a file or read-only, `verify --junit` unwritable (found
+4. empty or malformed image references in `verify --image` and `bench --image`, and their --gpus (a GPU twice);
+5. plumbing: a closed or full stdout, `patches apply --dest` a file or read-only, `verify --junit` unwritable (found
    before the suite), `patches matrix --since` past the newest release, a FIFO given for --config / --prompts;
 7. presets the entrypoint would refuse at every start are refused by `plan`.
 Each case: the exit status, at most three lines on stderr, the message naming the value, no traceback.
@@ -88,6 +88,12 @@ OPTION_NUMBERS: list[tuple[str, list[str], list[str]]] = [
     ("memory-gib-1e309", ["plan", "--memory-gib", "1e309"], ["--memory-gib", "'1e309'", "positive finite"]),
     ("memory-gib-underflow", ["plan", "--memory-gib", "1e-400"], ["'1e-400'", "read as 0"]),
     ("memory-gib-5000-digits", ["plan", "--memory-gib", BIG], ["--memory-gib", "(5001 characters)"]),
+    ("memory-gib-1e-300", ["plan", "--memory-gib", "1e-300"], ["--memory-gib", "'1e-300'", "at least 0.1"]),
+    ("memory-gib-1e-10", ["plan", "--memory-gib", "1e-10"], ["--memory-gib", "'1e-10'", "at least 0.1 (GiB"]),
+    ("memory-gib-0.05", ["build", "--print", "--memory-gib", "0.05"], ["--memory-gib", "'0.05'", "at least 0.1"]),
+    ("cpus-zero", ["plan", "--cpus", "0"], ["--cpus", "positive integer", "'0'"]),
+    ("cpus-negative", ["plan", "--cpus", "-4"], ["--cpus", "positive integer", "'-4'"]),
+    ("max-jobs-zero", ["plan", "--max-jobs", "0"], ["--max-jobs", "positive integer", "'0'"]),
     ("cpus-5000-digits", ["plan", "--cpus", BIG], ["--cpus", "at most 18 digits", "'10000000"]),
     ("max-jobs-5000-digits", ["plan", "--max-jobs", BIG], ["--max-jobs", "at most 18 digits"]),
     ("bench-runs", ["bench", "--endpoint", "h", "--label", "x", "--runs", BIG], ["--runs", "at most 18 digits"]),
@@ -107,6 +113,12 @@ def test_a_plan_for_a_huge_machine_is_capped_not_overflowed(capsys):
     rc, out, err = run_cli(capsys, "plan", "--memory-gib", "1048576", "--cpus", "999999999999")
     assert rc == 0, err
     assert "max_jobs" in out
+
+
+def test_a_plan_for_the_smallest_machine_still_plans(capsys):
+    rc, out, err = run_cli(capsys, "plan", "--memory-gib", "0.1", "--cpus", "1")
+    assert rc == 0, err
+    assert "0.1 GiB" in out
 
 
 PROMPT_NUMBERS = [
@@ -226,6 +238,61 @@ def test_bad_image_references_are_one_line(capsys, tmp_path, command, image, exp
     assert not (tmp_path / "out").exists()
 
 
+# --gpus of verify (and bench --image): checked before Docker is asked. verify has no "none" (it would run no GPU
+# check: leave --gpus out).
+GPUS = [
+    ("empty", "", "--gpus is empty"),
+    ("blank", "  ", "--gpus is empty"),
+    ("twice", "0,0", "--gpus '0,0': GPU 0 is listed twice"),
+    ("twice-leading-zero", "1,01", "GPU 01 is listed twice"),
+    ("letters", "abc", "--gpus 'abc': give all"),
+    ("empty-entry", "0,,1", "--gpus '0,,1'"),
+    ("negative", "-1", "--gpus '-1'"),
+    ("uuid", "GPU-abc", "--gpus 'GPU-abc'"),
+    ("huge-index", BIG, "(5001 characters)"),
+    ("all-upper-case", "ALL", "--gpus 'ALL'"),
+]
+
+
+@pytest.fixture
+def no_docker(monkeypatch):
+    """verify and bench --image must refuse --gpus before the engine is asked (or the suite starts)."""
+    from sm120.commands import bench
+    from sm120.verify import runner
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Docker was asked before --gpus was checked")
+
+    monkeypatch.setattr(runner, "run", refuse)
+    monkeypatch.setattr(bench, "read_image_plan", refuse)
+
+
+@pytest.mark.parametrize("command", ["verify", "bench"])
+@pytest.mark.parametrize(("gpus", "expected"), [c[1:] for c in GPUS], ids=[c[0] for c in GPUS])
+def test_bad_gpus_are_one_line_before_docker(capsys, tmp_path, no_docker, command, gpus, expected):
+    extra = [*BENCH_IMAGE, "--out", str(tmp_path / "out")] if command == "bench" else []
+    rc, _, err = run_cli(capsys, command, "--image", "sglang-sm120:x", "--gpus", gpus, *extra)
+    last = assert_usage(rc, err, expected)
+    assert ("none" in last) == (command == "bench"), last
+    assert not (tmp_path / "out").exists()
+
+
+def test_verify_none_is_not_a_gpu_list(capsys, no_docker):
+    rc, _, err = run_cli(capsys, "verify", "--image", "sglang-sm120:x", "--gpus", "none")
+    assert_usage(rc, err, "--gpus 'none': give all, or device numbers such as 0,1")
+
+
+@pytest.mark.parametrize(("gpus", "passed"), [("all", "all"), ("0, 1", "0,1"), ("3", "3")])
+def test_good_gpus_reach_the_suite_normalised(monkeypatch, capsys, gpus, passed):
+    from sm120.verify import runner
+
+    seen = {}
+    monkeypatch.setattr(runner, "run", lambda image, **kw: seen.update(kw["extra_env"]) or 0)
+    rc, _, err = run_cli(capsys, "verify", "--image", "sglang-sm120:x", "--gpus", gpus)
+    assert rc == 0, err
+    assert seen == {"SM120_VERIFY_GPUS": passed}
+
+
 def test_image_ids_are_references_too():
     from sm120 import image_ref
 
@@ -252,6 +319,26 @@ def test_a_closed_stdout_is_no_traceback(argv):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 128 + signal.SIGPIPE
     assert err == "", err
+
+
+FULL_STDOUT = [("plan-json", ["plan", "--json"]), ("plan", ["plan"]), ("help", ["--help"])]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("argv", [c[1] for c in FULL_STDOUT], ids=[c[0] for c in FULL_STDOUT])
+def test_a_full_stdout_is_one_line_not_a_traceback(argv, unbuffered):
+    """`build.py plan > /dev/full`: the write fails (with PYTHONUNBUFFERED at once, else at the last flush, which
+    main does, not Python at exit): one line, exit 1 (not a usage error), no "Exception ignored"."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env |= {"PYTHONUNBUFFERED": "1"} if unbuffered else {}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "build.py"), *argv],
+            stdout=full, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, timeout=120, check=False,
+        )  # fmt: skip
+    last = assert_usage(proc.returncode, proc.stderr, "cannot write to standard output: No space left", code=1)
+    assert last.startswith("build.py") and "Exception ignored" not in proc.stderr, proc.stderr
 
 
 @pytest.fixture

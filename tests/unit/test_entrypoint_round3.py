@@ -6,7 +6,7 @@
    HEALTHCHECK would probe port 80);
 and what is worth a line before a ten-minute load: TP that does not divide the attention heads, an unknown
 quant_method, the port already taken (only when starting), a repo-id-looking path that is a mounted model,
-the same GPU twice, a FIFO where a file is read.
+the same GPU twice (by --dry-run too), a FIFO where a file is read, a full stdout (exit 1).
 Each refused case: exit 2, one to three lines on stderr, the first naming the value, no traceback.
 """
 
@@ -301,6 +301,36 @@ def test_the_same_gpu_twice_in_cuda_visible_devices(setup, visible, expected):
     assert_refused(proc, f"CUDA_VISIBLE_DEVICES={visible!r}", expected)
 
 
+# Compose's `check` service runs --dry-run: what CUDA_VISIBLE_DEVICES says as a string is checked there too (the
+# GPUs themselves only when starting).
+GPUS_TWICE_DRY_RUN = [
+    ("same-index", "0,0", ["GPU 0 twice"]),
+    ("same-uuid", "GPU-abc,GPU-abc", ["GPU GPU-abc twice"]),
+    ("uuid-case", "GPU-abc,gpu-ABC", ["twice"]),
+    ("leading-zero", "1,01", ["GPU 01 twice"]),
+    ("spaces", "0, 1,0", ["GPU 0 twice"]),
+    ("not-ascii", "0,١", ["not GPU indices or UUIDs"]),
+    ("control-character", "0,\x1b1", ["not GPU indices or UUIDs"]),
+    ("index-past-9-digits", "0," + BIG, ["not a GPU index", HEAD]),
+]
+
+
+@pytest.mark.parametrize(
+    ("visible", "expected"), [c[1:] for c in GPUS_TWICE_DRY_RUN], ids=[c[0] for c in GPUS_TWICE_DRY_RUN]
+)
+def test_cuda_visible_devices_is_checked_by_dry_run(setup, visible, expected):
+    proc = run_entrypoint(["baseline", "--dry-run"], {**setup["env"], "CUDA_VISIBLE_DEVICES": visible})
+    assert_refused(proc, "CUDA_VISIBLE_DEVICES", *expected)
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("visible", ["0,1", "GPU-abc,GPU-def", "", "-1", "NoDevFiles"])
+def test_dry_run_needs_no_gpu_from_cuda_visible_devices(setup, visible):
+    """A dry run checks the string, not the GPUs: none visible (-1, empty) is for the start to say."""
+    line = dry_run_line(run_entrypoint(["baseline", "--dry-run"], {**setup["env"], "CUDA_VISIBLE_DEVICES": visible}))
+    assert "sglang.launch_server" in line
+
+
 def test_a_gpu_index_past_the_digit_limit(setup):
     proc = run_entrypoint(["baseline"], {**setup["env"], "CUDA_VISIBLE_DEVICES": BIG})
     assert_refused(proc, "CUDA_VISIBLE_DEVICES", "not a GPU index")
@@ -352,3 +382,31 @@ def test_a_fifo_where_a_file_is_read_does_not_hang(setup, tmp_path, make, expect
     args, changes = make(fifo)
     proc = run_entrypoint(["baseline", "--dry-run", *args], {**setup["env"], **changes}, timeout=60)
     assert_refused(proc, *expected)
+
+
+# --------------------------------------------------------------------------------------------------
+# A full stdout (`--dry-run > /dev/full`): one line, exit 1, not Python's "Exception ignored" and 120
+# --------------------------------------------------------------------------------------------------
+
+FULL_STDOUT = [
+    ("dry-run", ["baseline", "--dry-run"]),
+    ("help", ["--help"]),
+    ("sglang-help", ["baseline", "--dry-run", "--", "--help"]),
+]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("args", [c[1] for c in FULL_STDOUT], ids=[c[0] for c in FULL_STDOUT])
+def test_a_full_stdout_is_one_line(setup, args, unbuffered):
+    env = {**setup["env"], **({"PYTHONUNBUFFERED": "1"} if unbuffered else {})}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, str(ENTRYPOINT), *args],
+            stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+    lines = stderr_lines(proc)
+    assert proc.returncode == 1, proc.stderr
+    assert lines[-1] == "entrypoint: error: cannot write to standard output: No space left on device", proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert len([line for line in lines if line.startswith("entrypoint: error")]) == 1, proc.stderr
