@@ -135,11 +135,11 @@ RUN --mount=type=bind,from=flash-attn,source=/wheels,target=/kernels/flash-attn 
 
 # ---- patched: the SGLang patch series the host resolved (PLAN_DIR/series), applied by the engine `build.py patches`
 # runs on the host (sm120/patch_engine.py, standard library only; a conflict names patch, file and hunk). Only the
-# engine and the series are copied here, so no other Python edit re-runs this stage.
+# engine, the one module it imports and the series are copied (test_dockerfile.py), so no other edit re-runs this.
 FROM kernels AS patched
 ARG PYTHON_VERSION
 ARG PLAN_DIR
-COPY sm120/__init__.py sm120/errors.py sm120/patch_engine.py /opt/build/engine/sm120/
+COPY sm120/__init__.py sm120/exit_errors.py sm120/patch_engine.py /opt/build/engine/sm120/
 COPY ${PLAN_DIR}/series/ /opt/build/series/
 RUN site=/opt/venv/lib/python${PYTHON_VERSION}/site-packages \
  && PYTHONPATH=/opt/build/engine python -m sm120.patch_engine apply /opt/build/series/series.json "$site" \

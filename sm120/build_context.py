@@ -6,10 +6,14 @@ nothing itself: no build.toml, no pydantic, no second `plan` inside a stage.
                                                  (the image's /etc/sglang-sm120/plan.json; the overlay stage)
     .plan/<profile>-<track>/series/series.json   the track's SGLang patch series, in order (sm120/patch_engine.py)
     .plan/<profile>-<track>/series/<name>/...    the listed patch files (the patched stage)
+    .plan/<profile>-<track>/build_jobs           the plan's compile job split, the BuildKit secret `build_jobs`
+                                                 (docker/stages/common.sh); read from the host, never from the
+                                                 context (.dockerignore leaves it out), so it is in no cache key
 
-The patched stage copies only the series and the engine (sm120/patch_engine.py and sm120/errors.py), so a Python
-edit elsewhere in sm120/ never re-runs it, and a plan that differs only in what the image's entrypoint reads (a
-machine's job figures, the revision) re-runs only the small overlay layer.
+The patched stage copies only the series and the engine (sm120/patch_engine.py with the one module it imports,
+sm120/exit_errors.py), so a Python edit elsewhere in sm120/ never re-runs it, and a plan that differs only in what
+the image's entrypoint reads (a machine's job figures, the revision) re-runs only the small overlay layer. The staged
+directory outlives `build.py build`, so the command `build.py build --print` shows can be run by hand.
 """
 
 from __future__ import annotations
@@ -24,14 +28,22 @@ from . import patch_engine, patching
 from .config import Config
 from .plan_types import Plan
 
+BUILD_JOBS = "build_jobs"
+
 
 def directory(plan: Plan, repo: Path) -> Path:
     """Where the plan's outputs go: the PLAN_DIR build arg, under the build context."""
     return repo / plan.build_args["PLAN_DIR"]
 
 
+def build_jobs(plan: Plan) -> str:
+    """The plan's job split as shell assignments, for the BuildKit secret `build_jobs` (docker/stages/common.sh)."""
+    return "".join(f"{key}={int(value)}\n" for key, value in plan.build_jobs.items())
+
+
 def stage(config: Config, plan: Plan, repo: Path) -> Path:
-    """Write plan.json and the SGLang patch series (with their files) for the build; returns the directory.
+    """Write plan.json, the SGLang patch series (with their files) and build_jobs for the build; returns the
+    directory.
 
     Written beside the directory first and swapped in only when it differs, so a build reading the staged files
     (BuildKit reads the context when each COPY runs) never sees a half-written or missing directory."""
@@ -61,6 +73,7 @@ def _write(config: Config, plan: Plan, target: Path) -> None:
     series_dir = target / "series"
     series_dir.mkdir(parents=True)
     (target / "plan.json").write_text(plan.to_json(), encoding="utf-8")
+    (target / BUILD_JOBS).write_text(build_jobs(plan), encoding="utf-8")
     names = [p.name for p in plan.patches if p.component == "sglang"]
     names += [s.name for s in plan.patches_skipped if config.patch(s.name).component == "sglang"]
     order = [n for n in config.track(plan.sglang_version).patches if n in names]

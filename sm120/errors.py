@@ -1,21 +1,17 @@
-"""Errors that the CLI turns into one line on stderr and an exit status, never a traceback."""
+"""Errors that the CLI turns into one line on stderr and an exit status, never a traceback, and its suggestions.
+
+UsageError and CheckFailed are defined in sm120/exit_errors.py (the one module the patch engine imports, which the
+image build copies); this module is the CLI side, never copied into the image, so editing it re-runs no stage.
+"""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
 
+from .exit_errors import CheckFailed, UsageError
 
-class UsageError(Exception):
-    """Bad input from the user (a flag, build.toml, a version): exit status 2."""
-
-    exit_code = 2
-
-
-class CheckFailed(Exception):
-    """A check or build that ran and failed (a patch conflict, a failed stage): exit status 1."""
-
-    exit_code = 1
+__all__ = ["CheckFailed", "UsageError", "suggest"]
 
 
 def suggest(name: object, allowed: Iterable[str]) -> str:

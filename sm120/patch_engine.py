@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import CheckFailed, UsageError
+from .exit_errors import CheckFailed, UsageError
 
 
 class Status(str, enum.Enum):

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .. import image_plan, image_ref
+from .. import gpu_ids, image_plan, image_ref
 from ..bench import client, grid, report, runner
 from ..bench import prompts as prompts_mod
 from ..bench.results import BASELINE, LOCK_NAME, Label, Results, SaveFailed, open_results, writer_lock
@@ -235,11 +235,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
-    # --endpoint has no image: build.toml's plan gives the port to default to. --image: the image's own plan.
-    plan = plan_from_args(args)
     if args.image is not None:
         image_ref.check_reference(args.image, "--image", allow_id=True)
+        args.gpus = gpu_ids.check_gpus(args.gpus, "--gpus", allow_none=True)  # before Docker is asked
     if args.endpoint is not None:
+        # --endpoint has no image: build.toml's plan (--config) gives the port to default to. --image reads the
+        # image's own plan (read_image_plan, below) and never build.toml, so a bad --config cannot stop it.
+        port = plan_from_args(args).image.port
         if not args.label:
             raise UsageError("--endpoint needs --label NAME (e.g. --label baseline, then --label eagle3)")
         for flag in ("spec_grid", "models", "cache_volume"):
@@ -248,7 +250,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         if args.env:
             raise UsageError("--env goes with --image, not --endpoint")
         labels = [_check_label(args.label, "--label")]
-        endpoint = client.normalize_endpoint(args.endpoint, plan.image.port)
+        endpoint = client.normalize_endpoint(args.endpoint, port)
     else:
         if args.label:
             raise UsageError("--label goes with --endpoint; with --image the labels are the modes")
@@ -419,9 +421,6 @@ class _ImageJob:
                 )
         if len(set(self.modes)) != len(self.modes):
             raise UsageError(f"--modes {args.modes!r}: a mode is listed twice")
-        devices = args.gpus.split(",")
-        if args.gpus not in ("all", "none") and not all(re.fullmatch(r"[0-9]+", g.strip()) for g in devices):
-            raise UsageError(f"--gpus {args.gpus!r}: give all, none, or device numbers such as 0,1")
         self.env = _parse_env(args.env)
         if key_file.VARIABLE in self.env:
             raise UsageError(

@@ -2,7 +2,8 @@
 
 The plan's image-facing outputs (plan.json, the SGLang patch series) are staged in the build context
 (sm120/build_context.py) and the Dockerfile copies them: the image build itself resolves nothing. The build context
-is this checkout (its Dockerfile and sources), whichever build.toml `--config` names.
+is this checkout (its Dockerfile and sources), whichever build.toml `--config` names. The `build_jobs` secret is
+staged beside them and stays after build.py exits, so the command `--print` shows runs as printed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .. import config as cfg
 from .. import plan as planmod
 from ..cli import add_config_args, add_machine_args
 from ..errors import UsageError
+from ..plan_types import Plan
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 WHEELHOUSE = ROOT / ".wheelhouse"
@@ -77,16 +79,9 @@ def _stage_wheelhouse(source: Path | None, wheels: list[Path]) -> None:
         print(f"wheelhouse: {len(wheels)} wheels from {source}")
 
 
-def tags_for(plan: planmod.Plan, registry: str | None, extra: list[str]) -> list[str]:
+def tags_for(plan: Plan, registry: str | None, extra: list[str]) -> list[str]:
     prefix = f"{registry.rstrip('/')}/" if registry else ""
     return [prefix + t for t in plan.tags] + list(extra)
-
-
-def build_jobs_file(plan: planmod.Plan, directory: Path) -> Path:
-    """The plan's job split as shell assignments, for the BuildKit secret `build_jobs` (docker/stages/common.sh)."""
-    path = directory / "build_jobs"
-    path.write_text("".join(f"{key}={int(value)}\n" for key, value in plan.build_jobs.items()))
-    return path
 
 
 def check_arguments(args: argparse.Namespace, dockerfile: Path) -> None:
@@ -128,12 +123,11 @@ def run(args: argparse.Namespace) -> int:
         cpus=args.cpus,
         memory_gib=args.memory_gib,
     )
-    staged = build_context.stage(config, plan, ROOT)
-    with tempfile.TemporaryDirectory(prefix="sm120-build-") as scratch:
-        return _run(args, config, plan, build_jobs_file(plan, Path(scratch)), staged)
+    staged = build_context.stage(config, plan, ROOT)  # plan.json, the series and the build_jobs secret
+    return _run(args, config, plan, staged)
 
 
-def _run(args: argparse.Namespace, config: cfg.Config, plan: planmod.Plan, jobs: Path, staged: Path) -> int:
+def _run(args: argparse.Namespace, config: cfg.Config, plan: Plan, staged: Path) -> int:
     request = buildx.BuildRequest(
         context=ROOT,
         dockerfile=ROOT / "Dockerfile",
@@ -149,7 +143,7 @@ def _run(args: argparse.Namespace, config: cfg.Config, plan: planmod.Plan, jobs:
         provenance=args.provenance,
         metadata_file=args.metadata_file,
         progress=args.progress,
-        extra_secrets={"build_jobs": jobs},
+        extra_secrets={"build_jobs": staged / build_context.BUILD_JOBS},
     )
     if args.print_only:
         print(f"# the plan for the build: {staged / 'plan.json'}", file=sys.stderr)

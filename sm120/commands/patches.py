@@ -2,7 +2,7 @@
 
 build.py patches check  --sglang 0.5.9                 # one line per patch; exit 1 on a conflict
 build.py patches apply  --sglang 0.5.9 --dest DIR      # the patched source tree (site-packages layout)
-build.py patches apply  --sglang V --source SITE --dest SITE   # in place, offline (the Docker build)
+build.py patches apply  --sglang V --source SITE --dest SITE   # in place, offline (an installed venv)
 build.py patches matrix [--json | --markdown]          # every final release >= 0.5.9 on PyPI
 """
 

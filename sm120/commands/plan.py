@@ -7,6 +7,7 @@ import sys
 
 from .. import plan as planmod
 from ..cli import add_config_args, add_machine_args
+from ..plan_types import Plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def plan_from_args(args: argparse.Namespace) -> planmod.Plan:
+def plan_from_args(args: argparse.Namespace) -> Plan:
     """sm120.plan.load_plan with the shared options (add_config_args, add_machine_args) of a subcommand."""
     return planmod.load_plan(
         args.config,

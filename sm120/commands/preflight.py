@@ -19,9 +19,9 @@ from typing import Any
 
 from .. import config as cfg
 from .. import docker_client
-from .. import plan as planmod
 from ..cli import add_config_args
 from ..errors import CheckFailed, UsageError
+from ..plan import load_plan
 
 GIB = 1024**3
 
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     versions = sorted(config.tracks) if args.every_track else (args.sglang or [config.defaults.sglang])
     for version in versions:
         config.track(version)  # an unknown track: the usual one-line error
-    facts, free, present = measure({v: planmod.resolve(config, profile=profile, sglang=v).tags[0] for v in versions})
+    facts, free, present = measure({v: load_plan(config, profile=profile, sglang=v).tags[0] for v in versions})
     verdict = judge(profile, needs, facts, free, present)
     if verdict.warning:
         print(f"warning: {verdict.warning}")

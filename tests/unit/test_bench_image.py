@@ -260,6 +260,18 @@ def test_docker_engine_unreachable_exits_2(models, tmp_path, capsys, monkeypatch
     assert len(err.strip().splitlines()) == 1
 
 
+def test_image_mode_reads_the_image_not_build_toml(fake, models, tmp_path, capsys):
+    """--image serves what the image's own plan.json says (read_image_plan, stood in for by conftest): a --config
+    that does not exist is never read. --endpoint still needs build.toml (the port to default to)."""
+    fake(standard)
+    missing = tmp_path / "nonexistent.toml"
+    rc, _, err = bench(capsys, *image_args(models, tmp_path / "o", "--config", str(missing)))
+    assert rc == 0, err
+    assert str(missing) not in err
+    rc, _, err = bench(capsys, "--endpoint", "http://127.0.0.1:1", "--label", "a", "--config", str(missing))
+    assert rc == 2 and f"{missing}: no such file" in err
+
+
 def test_a_missing_image_is_a_usage_error(fake, models, tmp_path, capsys):
     fake(standard).images_present = False
     rc, _, err = bench(capsys, *image_args(models, tmp_path / "o"))

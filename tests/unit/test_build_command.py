@@ -47,7 +47,8 @@ def test_base_inputs_digest_follows_the_inputs():
 
 
 def test_a_missing_package_disables_only_the_commands_that_need_it():
-    """Inside the image only plan and patches run, without the docker SDK: the rest say what is missing."""
+    """Without the docker SDK, plan and patches still run (they never talk to an engine): the rest say what is
+    missing."""
     import subprocess
     import sys
 
@@ -63,7 +64,9 @@ def test_build_hands_the_plan_of_its_config_to_the_image_build(tmp_path):
     """The plan is resolved once, on the host, from the build.toml `--config` names: the staged plan.json (the image's
     /etc/sglang-sm120/plan.json) is byte for byte `plan --json` of that file, the labels and build args in the buildx
     command are the same plan's, and the patch series is its track's. Builds nothing. The profile is renamed so the
-    staged directory is this test's own (a build running beside the tests keeps its own)."""
+    staged directory is this test's own (a build running beside the tests keeps its own). The printed command runs
+    as printed: its `build_jobs` secret is staged there too and outlives build.py, and .dockerignore keeps it out of
+    the build context."""
 
     def alternative(text: str) -> str:
         text = text.replace("offline", "alttest").replace("port = 30000", "port = 30123")
@@ -84,6 +87,11 @@ def test_build_hands_the_plan_of_its_config_to_the_image_build(tmp_path):
         )
         assert "PLAN_DIR=.plan/alttest-0.5.9" in cmd and "sglang-sm120.port=30123" in cmd
         assert cmd[-1] == str(ROOT)  # the context is the checkout, wherever the config lives
+        secrets = dict(s.split(",", 1) for i, s in enumerate(cmd) if i and cmd[i - 1] == "--secret")
+        jobs = Path(secrets["id=build_jobs"].removeprefix("src="))
+        assert jobs == staged / "build_jobs" and jobs.is_file()  # still there after build.py returned
+        assert jobs.read_text() == "".join(f"{k}={v}\n" for k, v in data["build_jobs"].items())
+        assert ".plan/*/build_jobs" in (ROOT / ".dockerignore").read_text().splitlines()
         version, series = read_series(staged / "series" / "series.json")
         assert version == "0.5.9"
         assert [p.name for p in series] == ["kimi-k25-eagle3-delegation", "torch-symm-mem-sm120"]

@@ -1,9 +1,14 @@
 """The Dockerfile's ARGs: each default declared once above the first FROM, equal to the default plan; stages
-re-declare what they use without a value; nothing that depends on the builder's size reaches a layer's cache key."""
+re-declare what they use without a value; nothing that depends on the builder's size reaches a layer's cache key;
+the `patched` stage copies the patch engine and exactly the modules it imports."""
 
 from __future__ import annotations
 
+import ast
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,3 +90,37 @@ def test_the_cache_variables_are_the_entrypoints_list():
     found = dict(re.findall(r"^\s+(\w+)=\$\{CACHE_DIR\}(\S*?) ?\\?$", runtime, flags=re.MULTILINE))
     want = {var.name: f"/{var.under}" if var.under else "" for var in CACHE_VARIABLES}
     assert found == want, "the Dockerfile's runtime ENV and sm120/entrypoint/preflight.py CACHE_VARIABLES differ"
+
+
+def engine_files() -> set[str]:
+    """sm120/__init__.py, the patch engine and every sm120 module it imports (transitively)."""
+    todo, seen = ["patch_engine"], {"__init__"}
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse((ROOT / "sm120" / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                todo += [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom | ast.Import):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                assert not any(n.split(".")[0] == "sm120" for n in names), f"sm120/{name}.py: use a relative import"
+    return {f"sm120/{n}.py" for n in seen}
+
+
+def test_the_patched_stage_copies_the_engine_and_exactly_what_it_imports(tmp_path):
+    """An edit to any other module of sm120/ (the CLI's errors and suggestions among them) re-runs no stage; a module
+    the engine imports but the stage does not copy would fail the build. .dockerignore lets in the same files."""
+    (line,) = [x for x in stages()["patched"].splitlines() if x.startswith("COPY ") and "/opt/build/engine/" in x]
+    copied = set(line.split()[1:-1])
+    assert copied == engine_files()
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    assert {x[1:] for x in ignore if re.fullmatch(r"!sm120/\w+\.py", x)} == copied
+    for path in copied:
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        shutil.copyfile(ROOT / path, tmp_path / path)
+    probe = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import sm120.patch_engine as e; print(e.__file__)"
+    out = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(tmp_path / "sm120" / "patch_engine.py")

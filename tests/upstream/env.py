@@ -48,9 +48,9 @@ from sm120.verify.behaviour import SGL_KERNEL_STANDIN, SNIPPET_PRELUDE
 # Bump when the way a venv is built changes: every cached venv is then rebuilt once.
 SCHEMA = 1
 
-# What `import sglang.srt.server_args` and `import sglang.srt.models.kimi_k25` need beyond sglang itself:
-# FINDINGS.md's list, re-measured by importing both modules in 0.5.9 and 0.5.23 (msgspec and einops for
-# both, apache-tvm-ffi for 0.5.23). torch is added separately, at the track's version.
+# What `import sglang.srt.server_args` and `import sglang.srt.models.kimi_k25` need beyond sglang itself,
+# measured by importing both modules in 0.5.9 and 0.5.23 (msgspec and einops for both, apache-tvm-ffi for
+# 0.5.23). torch is added separately, at the track's version.
 DEPENDENCIES: tuple[str, ...] = (
     "aiohttp",
     "apache-tvm-ffi",

@@ -166,7 +166,7 @@ def test_kimi_eagle3_on_the_published_release(sglang_python, env, request):
     )
     has_hooks = patching.upstream_has(CONFIG.patches["kimi-k25-eagle3-delegation"], site)
     if version == "0.5.9":
-        assert not has_hooks  # FINDINGS.md: added upstream in 0.5.10rc0
+        assert not has_hooks  # upstream added them in 0.5.10rc0 (sgl-project/sglang PR #19689)
     proc = run_entrypoint(["eagle3", "--dry-run"], env, python=sglang_python, timeout=TIMEOUT_S)
     if has_hooks:
         ok(proc, version)

@@ -42,6 +42,7 @@ from packaging.version import Version
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120 import resources as res
+from sm120.plan_types import Plan
 from tests.upstream.conftest import TRACKS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,7 +151,7 @@ def standin_wheel(directory: Path, filename: str, requires: list[str]) -> Path:
     return path
 
 
-def install_set(tmp: Path, plan: planmod.Plan) -> tuple[dict[str, tuple[str, str, list]], list[str]]:
+def install_set(tmp: Path, plan: Plan) -> tuple[dict[str, tuple[str, str, list]], list[str]]:
     """What the release build's pip leaves in the venv before the fix-ups: {canonical name: (name, version, reqs)},
     and the stand-ins used (one line each)."""
     python = plan.python_version
@@ -189,7 +190,7 @@ def install_set(tmp: Path, plan: planmod.Plan) -> tuple[dict[str, tuple[str, str
     return {canonicalize_name(n): (n, v, r) for n, v, r in found}, notes
 
 
-def apply_fixups(tmp: Path, plan: planmod.Plan, installed: dict) -> dict:
+def apply_fixups(tmp: Path, plan: Plan, installed: dict) -> dict:
     """The fix-up pins over `installed`, as fixups.sh apply installs them: `no-deps` replaces the one distribution,
     `deps` installs the pin with what it needs, keeping an installed distribution that already satisfies it (pip's
     only-if-needed upgrade)."""
