@@ -136,8 +136,8 @@ def build_parser() -> Parser:
         try:
             module = importlib.import_module(f"sm120.commands.{name}")
         except ModuleNotFoundError as exc:
-            # A third-party package this command needs is missing (e.g. the docker SDK inside the image,
-            # where only `plan` and `patches` run): the other commands still work; this one says what to do.
+            # A third-party package this command needs is missing (e.g. the docker SDK, build.py run by a Python
+            # without requirements.txt): the other commands still work; this one says what to do.
             unavailable = sub.add_parser(name, help="(unavailable here: a Python package it needs is missing)")
             unavailable.add_argument("rest", nargs=argparse.REMAINDER)
             unavailable.set_defaults(func=_needs(name, str(exc.name).split(".")[0]))
