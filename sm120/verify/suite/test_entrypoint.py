@@ -224,3 +224,69 @@ def test_an_unreadable_api_key_file_names_uid_owner_and_mode(box, image, models,
         f"API_KEY_FILE='{key_files['root-600']}': uid {image_uid} cannot read it (owner uid 0, mode 0600)" in lines[0]
     )
     assert KEY not in stdout + stderr and "Traceback" not in stderr
+
+
+# Issue 29, a real start (not --dry-run): the entrypoint hands SGLang's command to _with_api_key.py, which gives the
+# image's real sglang.launch_server the key as its last argument while the process's command line and environment
+# hold none of it. A stand-in nvidia-smi (one sm_120 card) passes the entrypoint's GPU check; SGLang then stops on
+# its own (there is no GPU). A sitecustomize on PYTHONPATH records, at that process's exit, what it held: booleans,
+# never the key.
+WATCH = """
+import atexit, json, os, sys
+
+
+def _sm120_watch():
+    path, out = os.environ.get("API_KEY_FILE"), os.environ.get("SM120_WATCH_OUT")
+    if not path or not out or not any(a.startswith("--api-key=") for a in sys.argv):
+        return
+    with open(path) as f:
+        key = f.read().splitlines()[0]
+    with open("/proc/self/cmdline", "rb") as f:
+        cmdline = f.read().decode(errors="replace")
+    found = {  # sys.argv as SGLang's module left it (runpy puts argv[0] back when the module returns or raises)
+        "program": os.path.basename(sys.argv[0]),
+        "last_argument": sys.argv[-1] == "--api-key=" + key,
+        "sglang_ran": "sglang.srt.server_args" in sys.modules,
+        "in_cmdline": key in cmdline,
+        "in_environ": any(key in v for v in os.environ.values()),
+    }
+    with open(out, "a") as f:  # one line per process (SGLang may start more with the same arguments)
+        f.write(json.dumps(found) + "\\n")
+
+
+atexit.register(_sm120_watch)
+"""
+STANDIN_SMI = "#!/bin/sh\necho '0, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0'\n"
+
+
+def test_a_real_start_hands_the_key_to_sglang_only_inside_its_process(box, image, models, key_files, image_uid):
+    work = "/tmp/sm120-verify/start"
+    docker_env.copy_in(
+        box,
+        {"sm120-verify/start/bin/nvidia-smi": STANDIN_SMI, "sm120-verify/start/py/sitecustomize.py": WATCH},
+        "/tmp",
+        uid=image_uid,
+    )
+    box.exec_run(["chmod", "755", f"{work}/bin/nvidia-smi"], user="root")
+    env = {
+        "MODEL_PATH": models["MODEL_PATH"],
+        "API_KEY_FILE": key_files["readable"],
+        "PATH": f"{work}/bin:{image.env.get('PATH', '/usr/bin:/bin')}",
+        "PYTHONPATH": f"{work}/py",
+        "SM120_NVML_LIBRARY": f"{work}/no-libnvidia-ml.so.1",
+        "SM120_WATCH_OUT": f"{work}/watch.json",
+    }
+    rc, stdout, stderr = entrypoint(box, image, ["baseline"], env)
+    assert KEY not in stdout + stderr, "the key was printed"
+    exec_lines = [line for line in stderr.splitlines() if line.startswith("[entrypoint] exec ")]
+    assert exec_lines, f"the entrypoint did not start SGLang (exit {rc}): {stderr.strip()[-500:]}"
+    assert "_with_api_key.py -m sglang.launch_server" in exec_lines[-1], exec_lines[-1]
+    assert rc != 0, "SGLang started without a GPU?"
+    result = box.exec_run(["cat", f"{work}/watch.json"], user="root")
+    assert result.exit_code == 0, f"SGLang's process recorded nothing (exit {rc}): {stderr.strip()[-500:]}"
+    found = [json.loads(line) for line in result.output.decode().splitlines()]
+    started = [p for p in found if p["program"] in ("-m", "launch_server.py")]  # not the parser checks (-c, a file)
+    assert started and all(p["last_argument"] and p["sglang_ran"] for p in started), (
+        f"SGLang's launch_server did not run with the key: {found}"
+    )
+    assert not any(p["in_cmdline"] or p["in_environ"] for p in found), f"a command line or environment held it: {found}"

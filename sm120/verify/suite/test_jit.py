@@ -166,6 +166,59 @@ def test_triton_builds_its_c_extension(py, image, expect):
     assert cache and out["file"].startswith(cache.rstrip("/") + "/"), f"Triton cached it in {out['file']}, not {cache}"
 
 
+# Triton compiles SGLang's and torch.compile's kernels on first use: its own ptxas (the one it picks for the GPU's
+# arch) turns the PTX into SASS. The same compile, for the labelled arch, of a small kernel (the target is given:
+# there is no GPU to ask), and the cubin's SASS read back: the image keeps the ptxas that sm_120 takes even where
+# it leaves other parts of Triton out (build.toml not_shipped).
+TRITON_KERNEL = r"""
+import importlib.util, os, tempfile
+SOURCE = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sm120_verify_add_one(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+'''
+work = tempfile.mkdtemp()
+path = os.path.join(work, "sm120_verify_kernel.py")
+with open(path, "w") as f:
+    f.write(SOURCE)
+spec = importlib.util.spec_from_file_location("sm120_verify_kernel", path)
+kernel = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kernel)  # triton.jit reads the function's source from its file
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia import compiler as nvidia
+from triton.compiler import ASTSource
+signature = {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+source = ASTSource(fn=kernel.sm120_verify_add_one, signature=signature, constexprs={"BLOCK": 128})
+compiled = triton.compile(source, target=GPUTarget("cuda", CAPABILITY, 32))
+cubin = os.path.join(work, "sm120_verify_add_one.cubin")
+with open(cubin, "wb") as f:
+    f.write(compiled.asm["cubin"])
+try:
+    ptxas = nvidia.get_ptxas(CAPABILITY).path
+except TypeError:  # a Triton whose get_ptxas takes no arch
+    ptxas = nvidia.get_ptxas().path
+report({"cubin": cubin, "ptxas": ptxas, "triton": triton.__version__})
+"""
+
+
+def test_triton_compiles_a_kernel_for_sm_120(py, image, expect, box, tmp_path):
+    arch = expect.cuda_archs[0]
+    capability = int(arch.removeprefix("sm_").rstrip("af"))
+    out = py(f"CAPABILITY = {capability}\n{TRITON_KERNEL}", env={"CUDA_VISIBLE_DEVICES": ""})
+    local = docker_env.copy_out(box, out["cubin"], tmp_path)
+    archs = elf.sass_archs(local).archs
+    assert any(a.rstrip("af") == arch for a in archs), (
+        f"Triton {out['triton']} (ptxas {out['ptxas']}) compiled {archs}, not {arch}"
+    )
+
+
 # Parts of NVIDIA's devel image serving never uses: static libraries, profilers and debuggers, samples, docs. In
 # /usr/local/cuda, and CUDA's static libraries anywhere outside the Python environment (pip wheels' own files are
 # their packages' business: Triton bundles CUPTI for its profiler, cutlass-dsl links a static runtime at JIT time).
