@@ -172,15 +172,20 @@ BUILD_ARGS: list[tuple[str, list[str], list[str]]] = [
 ]
 
 
+def refuse(monkeypatch, why: str, *targets: tuple[object, str]) -> None:
+    """Make each (module, name) fail the test if it is called: `why` says what ran too early."""
+
+    def called(*args, **kwargs):
+        raise AssertionError(why)
+
+    for module, name in targets:
+        monkeypatch.setattr(module, name, called)
+
+
 @pytest.fixture
 def nothing_runs(monkeypatch):
     """build must not make the bases or call buildx before its arguments are checked."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("ran before the arguments were checked")
-
-    monkeypatch.setattr(bases, "make", refuse)
-    monkeypatch.setattr(buildx, "run", refuse)
+    refuse(monkeypatch, "ran before the arguments were checked", (bases, "make"), (buildx, "run"))
 
 
 @pytest.mark.parametrize(("argv", "expected"), [c[1:] for c in BUILD_ARGS], ids=[c[0] for c in BUILD_ARGS])
@@ -260,11 +265,8 @@ def no_docker(monkeypatch):
     from sm120.commands import bench
     from sm120.verify import runner
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("Docker was asked before --gpus was checked")
-
-    monkeypatch.setattr(runner, "run", refuse)
-    monkeypatch.setattr(bench, "read_image_plan", refuse)
+    why = "Docker was asked before --gpus was checked"
+    refuse(monkeypatch, why, (runner, "run"), (bench, "read_image_plan"))
 
 
 @pytest.mark.parametrize("command", ["verify", "bench"])
@@ -412,10 +414,7 @@ JUNITS = [
 def test_verify_junit_is_checked_before_the_suite_runs(monkeypatch, capsys, tmp_path, make, expected):
     from sm120.verify import runner
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("the suite ran before --junit was checked")
-
-    monkeypatch.setattr(runner, "run", refuse)
+    refuse(monkeypatch, "the suite ran before --junit was checked", (runner, "run"))
     rc, _, err = run_cli(capsys, "verify", "--image", "sglang-sm120:x", "--junit", str(make(tmp_path)))
     assert_usage(rc, err, "--junit", *expected)
 
