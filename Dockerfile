@@ -1,48 +1,20 @@
 # SGLang for NVIDIA Blackwell workstation GPUs (sm_120) on CUDA 13.0.1.
 #
-# `python3 build.py build [--profile offline]` passes every ARG below from the resolved plan (build.toml).
-# Each default is declared once, here, above the first FROM, and mirrors build.toml's default track and profile
-# (SGLang 0.5.23, release) for people who run `docker buildx build .` by hand; tests/unit/test_dockerfile.py
-# keeps them equal to the plan. Stages re-declare the ARGs they use without a value.
+# Built by `python3 build.py build`, which resolves build.toml into a plan on the host and passes every ARG below
+# from it; only the bases and Python have defaults here (what a person may set by hand), no copy of the plan. A
+# hand-run build: `python3 build.py build --print` stages the plan's outputs (PLAN_DIR: plan.json, the patch
+# series, flash-attn's patches) and prints the exact `docker buildx build` command. Stages re-declare the ARGs
+# they use without a value.
 #
 # Stage order: devel -> torch -> flash-attn, sgl-kernel (compiled kernels) -> sglang (dependencies) -> kernels
 # -> patched (our SGLang patches) -> overlay -> runtime. Kernel stages copy only their own scripts and patches, and the
 # patch stage comes after them, so a patch or Python edit never recompiles a kernel. The compile parallelism is
 # the BuildKit secret `build_jobs` (docker/stages/common.sh), not an ARG: it is kept out of the cache key.
-# The plan is resolved once, on the host: `build.py build` stages its image-facing outputs (plan.json, the patch
-# series) in PLAN_DIR of the build context (sm120/build_context.py); nothing here reads build.toml or runs `plan`.
-# A hand-run `docker buildx build .` needs them too: `python3 build.py build --print` stages them and prints the
-# command.
 # No `# syntax=` line: BuildKit's built-in Dockerfile frontend is used (a syntax line pulls an image).
 
 ARG BASE_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
 ARG RUNTIME_BASE_IMAGE=nvidia/cuda:13.0.1-base-ubuntu24.04
 ARG PYTHON_VERSION=3.12
-ARG SGLANG_VERSION=0.5.23
-ARG TORCH_VERSION=2.14.1
-ARG TORCH_INDEX_URL=
-ARG FLASHINFER_VERSION=0.7.2
-ARG FLASH_ATTN_VERSION=2.8.3
-ARG FLASH_ATTN_CUDA_ARCHS=120
-ARG FLASH_ATTN_HEAD_DIMS=32,64,96,128,192,256
-ARG FLASH_ATTN_DTYPES=fp16,bf16
-ARG FLASH_ATTN_BACKWARD=0
-ARG FLASH_ATTN_PATCHES=patches/flash-attn/2.8.3/kernel-subset.patch
-ARG FLASH_ATTN_ALLOW_CUDA_MISMATCH=0
-ARG CXX_STD=20
-ARG SGL_KERNEL_PACKAGE=sglang-kernel
-ARG SGL_KERNEL_VERSION=0.4.10
-ARG SGL_KERNEL_SOURCE=pypi
-ARG SGL_KERNEL_WHEEL_URL=
-ARG SGL_KERNEL_WHEEL_SHA256=
-ARG FIXUP_PINS=
-ARG NOT_SHIPPED="nvidia_cutlass_dsl/cu12 nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir.cu12.* nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir_version_cu12.py nvidia_cutlass_dsl_libs_cu12-*.dist-info triton/backends/nvidia/lib/cupti triton/backends/nvidia/lib/cupti-blackwell/*_static.a triton/backends/nvidia/bin/ptxas nvidia/cu13/lib/libnvrtc.alt.so* nvidia/cu13/lib/libnvrtc-builtins.alt.so* nvidia/cu13/lib/libcusolverMg.so* sgl_kernel/flash_ops.abi3.so sgl_kernel/sm90 pandas/tests numba/tests numba/cuda/tests scipy/*/tests numpy/*/tests pyarrow/tests sympy/*/tests"
-ARG IMAGE_USER=sglang
-ARG IMAGE_UID=1000
-ARG CACHE_DIR=/var/cache/sglang
-ARG PORT=30000
-ARG PLAN_JSON=/etc/sglang-sm120/plan.json
-ARG PLAN_DIR=.plan/release-0.5.23
 
 # ---- devel: the CUDA 13.0.1 compiler image plus Python, a virtual environment and build tools.
 # Every compile stage starts here. Python comes from the OS (Ubuntu 24.04: 3.12; the offline Debian: 3.11).
@@ -78,7 +50,8 @@ RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip 
  && pip_install "torch==${TORCH_VERSION}" \
  && python -c "import torch; print('torch', torch.__version__, 'built with CUDA', torch.version.cuda)"
 
-# ---- flash-attn: compiled from its sdist for the plan's archs, head dims and dtypes (patches/flash-attn).
+# ---- flash-attn: compiled from its sdist for the plan's archs, head dims and dtypes, with the plan's patches
+# (staged in PLAN_DIR/flash-attn/ by build.py, at their build.toml paths).
 FROM torch AS flash-attn
 ARG FLASH_ATTN_VERSION
 ARG FLASH_ATTN_CUDA_ARCHS
@@ -88,8 +61,9 @@ ARG FLASH_ATTN_BACKWARD
 ARG FLASH_ATTN_PATCHES
 ARG FLASH_ATTN_ALLOW_CUDA_MISMATCH
 ARG CXX_STD
+ARG PLAN_DIR
 COPY docker/stages/flash-attn.sh /opt/build/
-COPY patches/flash-attn/ /opt/build/patches/flash-attn/
+COPY ${PLAN_DIR}/flash-attn/ /opt/build/
 RUN --mount=type=secret,id=ca_bundle --mount=type=secret,id=build_jobs --mount=type=cache,target=/root/.cache/pip \
     --mount=type=cache,target=/root/.ccache \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
@@ -134,15 +108,16 @@ RUN --mount=type=bind,from=flash-attn,source=/wheels,target=/kernels/flash-attn 
  && bash /opt/build/fixups.sh check
 
 # ---- patched: the SGLang patch series the host resolved (PLAN_DIR/series), applied by the engine `build.py patches`
-# runs on the host (sm120/patch_engine.py, standard library only; a conflict names patch, file and hunk). Only the
-# engine, the one module it imports and the series are copied (test_dockerfile.py), so no other edit re-runs this.
+# runs on the host (sm120/image/patch_engine.py; a conflict names patch, file and hunk). The image's package is
+# copied whole (sm120/image/: standard library only), so a host-side edit never re-runs this stage.
 FROM kernels AS patched
 ARG PYTHON_VERSION
 ARG PLAN_DIR
-COPY sm120/__init__.py sm120/exit_errors.py sm120/patch_engine.py /opt/build/engine/sm120/
+COPY sm120/__init__.py /opt/sglang-sm120/sm120/__init__.py
+COPY sm120/image/ /opt/sglang-sm120/sm120/image/
 COPY ${PLAN_DIR}/series/ /opt/build/series/
 RUN site=/opt/venv/lib/python${PYTHON_VERSION}/site-packages \
- && PYTHONPATH=/opt/build/engine python -m sm120.patch_engine apply /opt/build/series/series.json "$site" \
+ && PYTHONPATH=/opt/sglang-sm120 python -m sm120.image.patch_engine apply /opt/build/series/series.json "$site" \
  && python -m compileall -q "$site/sglang"
 
 # ---- jit-toolchain: what SGLang, FlashInfer and Triton compile with at run time, cut from the devel image:
@@ -152,9 +127,9 @@ FROM devel AS jit-toolchain
 COPY docker/stages/jit-toolchain.sh /opt/build/
 RUN bash /opt/build/jit-toolchain.sh collect /usr/local/cuda /opt/jit/cuda
 
-# ---- overlay: what changes more often than the venv (the patched SGLang sources, the host's plan.json, the
-# entrypoint), gathered so that the runtime stage adds it as one layer on top of the venv: a patch or entrypoint
-# edit re-exports one small layer instead of several (each new layer costs a diff of the tree on some drivers).
+# ---- overlay: what changes more often than the venv (the patched SGLang sources, plan.json, sm120/image/ and
+# the entrypoint script), gathered so that the runtime stage adds it as one layer on top of the venv: a patch or
+# entrypoint edit re-exports one small layer instead of several (each new layer costs a diff on some drivers).
 FROM scratch AS overlay
 ARG PYTHON_VERSION
 ARG PLAN_JSON
@@ -163,9 +138,7 @@ COPY --from=patched /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/ 
      /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/
 COPY ${PLAN_DIR}/plan.json ${PLAN_JSON}
 COPY docker/entrypoint.py /opt/sglang-sm120/entrypoint.py
-COPY sm120/__init__.py /opt/sglang-sm120/sm120/__init__.py
-COPY sm120/entrypoint/ /opt/sglang-sm120/sm120/entrypoint/
-COPY sm120/allreduce/ /opt/sglang-sm120/sm120/allreduce/
+COPY --from=patched /opt/sglang-sm120/sm120/ /opt/sglang-sm120/sm120/
 
 # ---- runtime: what serving needs and nothing else. Non-root, tini as PID 1, the JIT toolchain, one cache
 # directory for every JIT cache (mount a named volume there), a health check on SGLang's /health.

@@ -50,8 +50,8 @@ run)
         env | grep -E '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)='
     } > "$out/machine.txt" 2>&1 || true
     status=0
-    python3 -m sm120.allreduce --tp 2 --capability 12 --json "$out/eager.json" | tee "$out/eager.md" || status=$?
-    python3 -m sm120.allreduce --tp 2 --capability 12 --cuda-graph --json "$out/graph.json" | tee "$out/graph.md" \
+    python3 -m sm120.image.allreduce --tp 2 --capability 12 --json "$out/eager.json" | tee "$out/eager.md" || status=$?
+    python3 -m sm120.image.allreduce --tp 2 --capability 12 --cuda-graph --json "$out/graph.json" | tee "$out/graph.md" \
         || status=$?
     exit "$status"
     ;;

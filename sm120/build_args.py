@@ -1,10 +1,10 @@
 """The Docker build args: written from the plan (`write`), declared in the Dockerfile (`dockerfile_defaults`,
 `stage_args` read the declarations back).
 
-`build.py build` passes every arg `write` returns; the Dockerfile declares each one's default once, above the first
-FROM (the default plan's value, for people who run `docker buildx build .` by hand), and re-declares it without a
-value in each stage that uses it. tests/unit/test_dockerfile.py keeps the two equal. The compile parallelism is
-not a build arg (it would change a compiled layer's cache key): it is the BuildKit secret `build_jobs`.
+`build.py build` passes every arg `write` returns; each Dockerfile stage declares, without a value, the ones it uses
+(only the bases and Python have defaults, for a person who sets them by hand: no copy of the plan). The compile
+parallelism is not a build arg (it would change a compiled layer's cache key): it is the BuildKit secret
+`build_jobs`.
 """
 
 from __future__ import annotations

@@ -4,14 +4,16 @@ nothing itself: no build.toml, no pydantic, no second `plan` inside a stage.
 
     .plan/<profile>-<track>/plan.json            the plan, byte for byte what `build.py plan --json` prints
                                                  (the image's /etc/sglang-sm120/plan.json; the overlay stage)
-    .plan/<profile>-<track>/series/series.json   the track's SGLang patch series, in order (sm120/patch_engine.py)
+    .plan/<profile>-<track>/series/series.json   the track's SGLang patch series, in order (sm120/image/patch_engine.py)
     .plan/<profile>-<track>/series/<name>/...    the listed patch files (the patched stage)
+    .plan/<profile>-<track>/flash-attn/<path>    the plan's flash-attn patches at their build.toml paths (the
+                                                 flash-attn stage; FLASH_ATTN_PATCHES names them)
     .plan/<profile>-<track>/build_jobs           the plan's compile job split, the BuildKit secret `build_jobs`
                                                  (docker/stages/common.sh); read from the host, never from the
                                                  context (.dockerignore leaves it out), so it is in no cache key
 
-The patched stage copies only the series and the engine (sm120/patch_engine.py with the one module it imports,
-sm120/exit_errors.py), so a Python edit elsewhere in sm120/ never re-runs it, and a plan that differs only in what
+The patched stage copies only the series and the engine (sm120/image/patch_engine.py with the one module it imports,
+sm120/image/exit_errors.py), so a Python edit elsewhere in sm120/ never re-runs it, and a plan that differs only in what
 the image's entrypoint reads (a machine's job figures, the revision) re-runs only the small overlay layer. The staged
 directory outlives `build.py build`, so the command `build.py build --print` shows can be run by hand.
 """
@@ -24,8 +26,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import patch_engine, patching
+from . import patching
 from .config import Config
+from .image import patch_engine
 from .plan_types import Plan
 
 BUILD_JOBS = "build_jobs"
@@ -88,3 +91,11 @@ def _write(config: Config, plan: Plan, target: Path) -> None:
             patch = patch_engine.Resolved(patch.name, rel, patch.upstream, patch.checks, patch.ranges)
         staged.append(patch)
     patch_engine.write_series(series_dir, plan.sglang_version, staged)
+    # flash-attn's patches from the plan resolved here (not the checkout's patches/ folder), so a build with
+    # `--config ALT` compiles with ALT's patches, the ones its labels name.
+    for ref in plan.patches:
+        if ref.component == "flash-attn":
+            dest = target / "flash-attn" / ref.path
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(config.root / ref.path, dest)
+    (target / "flash-attn").mkdir(exist_ok=True)

@@ -27,7 +27,7 @@ _CA_DEFAULT = Path("/etc/ssl/certs/ca-certificates.crt")
 
 # Plain progress, on failure: " > [flash-attn 4/6] RUN ...:".
 _FAILED = re.compile(r"^(?:ERROR: .*)?\s*> \[(?P<stage>[\w.-]+)(?: (?P<n>\d+)/(?P<m>\d+))?\] (?P<what>.*?):?$")
-# The patch step's own error line (sm120/patch_engine.py in the build; `build.py patches` on the host).
+# The patch step's own error line (sm120/image/patch_engine.py in the build; `build.py patches` on the host).
 _PATCH_LINE = re.compile(r"(?:build\.py patches|patch_engine): (?:failed|error): (?P<msg>.*)$")
 
 

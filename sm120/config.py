@@ -27,8 +27,9 @@ from pydantic import (
     model_validator,
 )
 
-from .entrypoint.errors import long_number
-from .entrypoint.spec import CONDITIONS, draft_tree_most
+from sm120.image.entrypoint.errors import long_number
+from sm120.image.entrypoint.spec import CONDITIONS, draft_tree_most
+
 from .errors import UsageError, suggest
 from .preset_check import check_mode_args
 
@@ -144,7 +145,7 @@ class Fixup(Strict):
 
 
 # When a runtime rule applies (all listed conditions must hold): the conditions' names and meaning live with the
-# entrypoint that judges them (sm120/entrypoint/spec.py CONDITIONS).
+# entrypoint that judges them (sm120/image/entrypoint/spec.py CONDITIONS).
 RuleCondition = Literal[tuple(CONDITIONS)]  # type: ignore[valid-type]
 
 

@@ -1,6 +1,6 @@
 """Errors that the CLI turns into one line on stderr and an exit status, never a traceback, and its suggestions.
 
-UsageError and CheckFailed are defined in sm120/exit_errors.py (the one module the patch engine imports, which the
+UsageError and CheckFailed are defined in sm120/image/exit_errors.py (the one module the patch engine imports, which the
 image build copies); this module is the CLI side, never copied into the image, so editing it re-runs no stage.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from .exit_errors import CheckFailed, UsageError
+from sm120.image.exit_errors import CheckFailed, UsageError
 
 __all__ = ["CheckFailed", "UsageError", "suggest"]
 

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .entrypoint.spec import PLAN_JSON_PATH
+from sm120.image.entrypoint.spec import PLAN_JSON_PATH
+
 from .plan_types import Plan, sm
 
 

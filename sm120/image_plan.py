@@ -15,8 +15,9 @@ from typing import Any
 import docker.errors
 from pydantic import TypeAdapter, ValidationError
 
+from sm120.image.entrypoint.spec import PLAN_JSON_PATH
+
 from .config import Sm120Trap
-from .entrypoint.spec import PLAN_JSON_PATH
 from .errors import UsageError
 from .plan_types import Plan
 

@@ -1,5 +1,5 @@
 """The host side of the patch engine: pick each patch's variant for a release (PEP 440 ranges in build.toml), then
-run the engine (sm120/patch_engine.py, standard library only, the same code the image build runs) on the series.
+run the engine (sm120/image/patch_engine.py, standard library only, the same code the image build runs) on the series.
 
 `resolve` turns build.toml's patches into the series for a release; `check` and `apply` take build.toml's patches,
 as `build.py patches` and the tests do.
@@ -13,9 +13,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_version
 from packaging.version import InvalidVersion, Version
 
-from . import patch_engine as engine
-from .config import Patch
-from .patch_engine import (  # the engine's data, for callers of this module
+from sm120.image import patch_engine as engine
+from sm120.image.patch_engine import (  # the engine's data, for callers of this module
     PatchFileError,
     Result,
     Status,
@@ -24,6 +23,8 @@ from .patch_engine import (  # the engine's data, for callers of this module
     read_patch,
     tree_version,
 )
+
+from .config import Patch
 
 __all__ = [
     "PatchFileError",

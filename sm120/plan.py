@@ -18,12 +18,7 @@ from urllib.parse import unquote, urlsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from . import build_args as build_args_format
-from . import labels as labels_format
-from . import resources as res
-from .config import Config, FlashAttnKernels, Profile, Track
-from .config import load as load_config
-from .entrypoint.spec import (
+from sm120.image.entrypoint.spec import (
     DrafterElsewhere,
     EntrypointSpec,
     LeftOutSpec,
@@ -32,6 +27,12 @@ from .entrypoint.spec import (
     RuntimeRuleSpec,
     UpstreamCheckSpec,
 )
+
+from . import build_args as build_args_format
+from . import labels as labels_format
+from . import resources as res
+from .config import Config, FlashAttnKernels, Profile, Track
+from .config import load as load_config
 from .errors import UsageError
 from .plan_types import (
     ALL_HEAD_DIMS,

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # The entrypoint's part of the plan is defined by the module the image's entrypoint reads it with.
-from .entrypoint.spec import EntrypointSpec
+from sm120.image.entrypoint.spec import EntrypointSpec
 
 ALL_HEAD_DIMS = [32, 64, 96, 128, 192, 256]
 

@@ -1,5 +1,5 @@
 """Presets that could never start: build.toml's mode args and runtime-rule args, checked by `build.py plan` with
-the entrypoint's own checks (sm120/entrypoint/options.py `check_preset`), so an image is not built around a
+the entrypoint's own checks (sm120/image/entrypoint/options.py `check_preset`), so an image is not built around a
 preset its entrypoint refuses at every start.
 
 `check_mode_args` takes one mode's args and the rules of the track it runs with; config validation calls it
@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from .entrypoint import errors as entrypoint_errors
-from .entrypoint.options import check_preset
+from sm120.image.entrypoint import errors as entrypoint_errors
+from sm120.image.entrypoint.options import check_preset
+
 from .errors import UsageError
 
 

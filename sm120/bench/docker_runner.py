@@ -22,10 +22,11 @@ from typing import Any
 import requests
 from tqdm import tqdm
 
+from sm120.image.entrypoint import key_file
+
 from ..docker_client import connect as docker_connect
 from ..docker_client import describe
 from ..docker_client import image as docker_image
-from ..entrypoint import key_file
 from ..errors import CheckFailed
 from ..labels import namespace
 from .client import ServerUnreachable

@@ -12,7 +12,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..entrypoint.spec import draft_tree_most
+from sm120.image.entrypoint.spec import draft_tree_most
+
 from ..errors import UsageError
 
 # Defaults of the sweep: the track's preset point (build.toml [tracks."X".presets.eagle3], where it sets one) is

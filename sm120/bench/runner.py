@@ -10,7 +10,8 @@ from typing import TextIO
 import requests
 from tqdm import tqdm
 
-from ..entrypoint.key_file import ApiKey
+from sm120.image.entrypoint.key_file import ApiKey
+
 from ..errors import CheckFailed
 from . import client
 from .prompts import WARMUP, PromptSet

@@ -22,12 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sm120.image.entrypoint import key_file
+
 from .. import gpu_ids, image_plan, image_ref
 from ..bench import client, grid, report, runner
 from ..bench import prompts as prompts_mod
 from ..bench.results import BASELINE, LOCK_NAME, Label, Results, SaveFailed, open_results, writer_lock
 from ..cli import add_config_args, integer, non_negative_int, positive_float, positive_int
-from ..entrypoint import key_file
 from ..errors import CheckFailed, UsageError, suggest
 from ..plan_types import Plan
 from .plan import plan_from_args
@@ -151,7 +152,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def read_api_key(path: str | None) -> key_file.ApiKey | None:
-    """--api-key-file: the key file's checks are the entrypoint's (sm120/entrypoint/key_file.py); never shown."""
+    """--api-key-file: the key file's checks are the entrypoint's (sm120/image/entrypoint/key_file.py); never shown."""
     if path is None:
         return None
     try:

@@ -20,10 +20,11 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from .. import config as cfg
-from .. import patch_engine, patching, pypi
+from .. import patching, pypi
 from ..cli import add_config_args
 from ..config import Config, Patch
 from ..errors import CheckFailed, UsageError
+from ..image import patch_engine
 
 # The oldest SGLang release `patches matrix` checks (the first this project served); the one place it is written.
 MATRIX_FLOOR = "0.5.9"

@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sm120.image.entrypoint.models import EAGLE3_MARK as EAGLE3_MARK
+
 from ..config import Sm120Trap
-from ..entrypoint.models import EAGLE3_MARK as EAGLE3_MARK
 
 # Architectures the project supports (README: Kimi-K2.5, the DeepSeek-V3 family); the EAGLE-3 drafters are
 # every `*Eagle3*` class of the installed SGLang (what the entrypoint accepts), found by the probe.

@@ -385,8 +385,8 @@ def task_registry(job: dict[str, Any]) -> dict[str, Any]:
             out["dropped"][module] = failure(exc)
     # What the image's own entrypoint reads from SGLang's files (its code, not a copy of its rules).
     sys.path.insert(0, job["entrypoint_root"])
-    from sm120.entrypoint import models as entrypoint_models
-    from sm120.entrypoint import sglang_source
+    from sm120.image.entrypoint import models as entrypoint_models
+    from sm120.image.entrypoint import sglang_source
 
     installed = sglang_source.locate()
     out["entry_classes"] = _entry_classes(installed, dropped) if installed else {}

@@ -13,7 +13,7 @@ import pytest
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120.bench import docker_runner
-from sm120.entrypoint import assemble, preflight
+from sm120.image.entrypoint import assemble, preflight
 from tests.compose.conftest import (
     _ASSIGNMENT,
     CHECK,

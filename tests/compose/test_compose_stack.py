@@ -25,7 +25,7 @@ import requests
 
 from sm120 import config as cfg
 from sm120 import plan as planmod
-from sm120.entrypoint import key_file
+from sm120.image.entrypoint import key_file
 from sm120.verify import startup
 from tests.compose.conftest import CHECK, COMPOSE_FILE, NO_GPU, ROOT, SERVICE, STACK_FILES, run_compose
 
@@ -95,7 +95,7 @@ def test_the_image_healthcheck_turns_the_service_healthy(stack, dc, image):
     assert any(e["ExitCode"] == 0 for e in state["Log"]), state["Log"]
     # The probe ran the image's command: python3 ... urlopen(http://127.0.0.1:$PORT/health), which needs no key.
     top = stack.sglang.top(ps_args="-eo pid,args")["Processes"]
-    launched = "python3 /opt/sglang-sm120/sm120/entrypoint/_with_api_key.py /standin/bench_standin.py"
+    launched = "python3 /opt/sglang-sm120/sm120/image/entrypoint/_with_api_key.py /standin/bench_standin.py"
     assert any(p[1].startswith(launched) and p[1].endswith(" eagle3") for p in top), top
 
 

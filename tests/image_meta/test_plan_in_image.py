@@ -13,7 +13,7 @@ from packaging.version import Version
 
 from sm120 import config as cfg
 from sm120 import image_plan
-from sm120.entrypoint.spec import PLAN_JSON_PATH
+from sm120.image.entrypoint.spec import PLAN_JSON_PATH
 from tests.helpers import run_build_py
 
 pytestmark = [pytest.mark.image, pytest.mark.docker]

@@ -17,11 +17,11 @@ from typing import ClassVar
 import pytest
 
 from sm120 import config as cfg
-from sm120.allreduce import __main__ as sweep_main
-from sm120.allreduce import cli, machine, report, sizes, worker
-from sm120.allreduce.report import Row
-from sm120.entrypoint import spec as entry_spec
-from sm120.entrypoint import tools
+from sm120.image.allreduce import __main__ as sweep_main
+from sm120.image.allreduce import cli, machine, report, sizes, worker
+from sm120.image.allreduce.report import Row
+from sm120.image.entrypoint import spec as entry_spec
+from sm120.image.entrypoint import tools
 from tests.entrypoint_helpers import ROOT, clean_env, real_plan, run_entrypoint, stderr_lines, synthetic_plan
 
 KiB, MiB = 1024, 1024 * 1024
@@ -155,7 +155,7 @@ def _unused(*a, **k):
 
 def test_help_needs_no_torch():
     proc = subprocess.run(
-        [sys.executable, "-m", "sm120.allreduce", "--help"], capture_output=True, text=True, cwd=ROOT, check=False
+        [sys.executable, "-m", "sm120.image.allreduce", "--help"], capture_output=True, text=True, cwd=ROOT, check=False
     )
     assert proc.returncode == 0 and proc.stderr == ""
     for text in ("--tp", "--sizes", "--cuda-graph", "--capability", "SM120_SYMM_MEM_MAX_SIZES", "Exit status"):
@@ -167,7 +167,7 @@ def test_without_torch_it_is_one_line_and_exit_1():
     if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, check=False).returncode == 0:
         pytest.skip("torch is installed in this interpreter")
     proc = subprocess.run(
-        [sys.executable, "-m", "sm120.allreduce"], capture_output=True, text=True, cwd=ROOT, check=False
+        [sys.executable, "-m", "sm120.image.allreduce"], capture_output=True, text=True, cwd=ROOT, check=False
     )
     assert proc.returncode == 1
     assert proc.stderr.startswith("allreduce-sweep: error: torch cannot be imported here (No module named 'torch')")
@@ -498,7 +498,7 @@ def test_a_sum_that_differs_prints_the_table_and_exits_1(capsys):
 
 
 def test_a_failure_of_the_ranks_is_its_one_line(capsys):
-    from sm120.allreduce import errors
+    from sm120.image.allreduce import errors
 
     def launch(fields, timeout):
         raise errors.machine("rank 1 was killed by SIGFPE (its output above says more)")
@@ -560,7 +560,7 @@ def test_the_sweep_gets_the_symm_mem_rules_environment_and_yours_wins(tmp_path, 
     rule_env = {k: v for r in spec.runtime if "--enable-torch-symm-mem" in r.args for k, v in r.env.items()}
     argv, env = tools.command("allreduce-sweep", ["--tp", "2"], spec, {"PATH": "/bin"})
     assert argv[:2] == [sys.executable, "-c"] and argv[3:] == ["--tp", "2"]
-    assert f"sys.path.insert(0, {str(tools.ROOT)!r}); from sm120.allreduce.__main__ import main" in argv[2]
+    assert f"sys.path.insert(0, {str(tools.ROOT)!r}); from sm120.image.allreduce.__main__ import main" in argv[2]
     assert env == {"PATH": "/bin", **rule_env}
     if rule_env:  # 0.5.23: SGLANG_OPT_USE_INKLING_CUSTOM_AR=0 keeps the patch's limits
         (name,) = rule_env

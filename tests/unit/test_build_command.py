@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sm120 import bases
 from sm120 import config as cfg
-from sm120.patch_engine import read_series
+from sm120.image.patch_engine import read_series
 from tests.helpers import ROOT, run_build_py, write_config
 
 

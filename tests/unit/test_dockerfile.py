@@ -1,14 +1,9 @@
-"""The Dockerfile's ARGs: each default declared once above the first FROM, equal to the default plan; stages
-re-declare what they use without a value; nothing that depends on the builder's size reaches a layer's cache key;
-the `patched` stage copies the patch engine and exactly the modules it imports."""
+"""The Dockerfile's ARGs: no copy of the plan (only the bases and Python have defaults), every ARG a stage
+declares is one the plan passes; nothing that depends on the builder's size reaches a layer's cache key."""
 
 from __future__ import annotations
 
-import ast
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +12,7 @@ from sm120 import build_args
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120 import resources as res
-from sm120.entrypoint.preflight import CACHE_VARIABLES
+from sm120.image.entrypoint.preflight import CACHE_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = (ROOT / "Dockerfile").read_text()
@@ -34,20 +29,15 @@ def stages() -> dict[str, str]:
     return build_args.stages(TEXT)
 
 
-def test_every_default_is_declared_once_above_the_first_from():
-    every = re.findall(r"^ARG (\w+)=", TEXT, flags=re.MULTILINE)
-    assert len(every) == len(set(every)), (
-        f"ARG defaults declared twice: {sorted(n for n in every if every.count(n) > 1)}"
-    )
-    assert set(every) == set(top_defaults()), "an ARG default is declared inside a stage"
-    for name, used in build_args.stage_args(TEXT).items():
-        for arg in used:
-            assert arg in top_defaults(), f"stage {name} re-declares ARG {arg}, which has no default at the top"
-
-
-def test_defaults_equal_the_default_plan():
+def test_no_copy_of_the_plan_in_the_dockerfile():
+    """Only what a person sets by hand has a default; every ARG a stage uses is passed by `build.py build`."""
+    assert set(top_defaults()) == {"BASE_IMAGE", "RUNTIME_BASE_IMAGE", "PYTHON_VERSION"}
     plan = planmod.resolve(CONFIG, machine=SMALL)
-    assert top_defaults() == plan.build_args
+    for name, used in build_args.stage_args(TEXT).items():
+        extra = sorted(used - set(plan.build_args))
+        assert not extra, f"stage {name} declares {extra}: no plan fact"
+    used = set().union(*build_args.stage_args(TEXT).values()) | set(top_defaults())
+    assert set(plan.build_args) <= used, f"the plan passes {sorted(set(plan.build_args) - used)}, no stage uses it"
 
 
 def test_no_syntax_line_and_stage_comments():
@@ -89,38 +79,4 @@ def test_the_cache_variables_are_the_entrypoints_list():
     runtime = stages()["runtime"]
     found = dict(re.findall(r"^\s+(\w+)=\$\{CACHE_DIR\}(\S*?) ?\\?$", runtime, flags=re.MULTILINE))
     want = {var.name: f"/{var.under}" if var.under else "" for var in CACHE_VARIABLES}
-    assert found == want, "the Dockerfile's runtime ENV and sm120/entrypoint/preflight.py CACHE_VARIABLES differ"
-
-
-def engine_files() -> set[str]:
-    """sm120/__init__.py, the patch engine and every sm120 module it imports (transitively)."""
-    todo, seen = ["patch_engine"], {"__init__"}
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for node in ast.walk(ast.parse((ROOT / "sm120" / f"{name}.py").read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                todo += [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom | ast.Import):
-                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-                assert not any(n.split(".")[0] == "sm120" for n in names), f"sm120/{name}.py: use a relative import"
-    return {f"sm120/{n}.py" for n in seen}
-
-
-def test_the_patched_stage_copies_the_engine_and_exactly_what_it_imports(tmp_path):
-    """An edit to any other module of sm120/ (the CLI's errors and suggestions among them) re-runs no stage; a module
-    the engine imports but the stage does not copy would fail the build. .dockerignore lets in the same files."""
-    (line,) = [x for x in stages()["patched"].splitlines() if x.startswith("COPY ") and "/opt/build/engine/" in x]
-    copied = set(line.split()[1:-1])
-    assert copied == engine_files()
-    ignore = (ROOT / ".dockerignore").read_text().splitlines()
-    assert {x[1:] for x in ignore if re.fullmatch(r"!sm120/\w+\.py", x)} == copied
-    for path in copied:
-        (tmp_path / path).parent.mkdir(exist_ok=True)
-        shutil.copyfile(ROOT / path, tmp_path / path)
-    probe = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import sm120.patch_engine as e; print(e.__file__)"
-    out = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(tmp_path / "sm120" / "patch_engine.py")
+    assert found == want, "the Dockerfile's runtime ENV and sm120/image/entrypoint/preflight.py CACHE_VARIABLES differ"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120.entrypoint.spec import PLAN_JSON_PATH
+from sm120.image.entrypoint.spec import PLAN_JSON_PATH
 from tests.entrypoint_helpers import (
     clean_env,
     eagle3_draft,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120.entrypoint import key_file
-from sm120.entrypoint.key_file import MASK
+from sm120.image.entrypoint import key_file
+from sm120.image.entrypoint.key_file import MASK
 from tests.entrypoint_helpers import clean_env, run_entrypoint, standin_run, stderr_lines
 
 KEY = "k3y-Of-test-0123456789abcdef"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120.entrypoint import assemble, errors, models, options, rules, sglang_source
-from sm120.entrypoint import presets as presets_mod
+from sm120.image.entrypoint import assemble, errors, models, options, rules, sglang_source
+from sm120.image.entrypoint import presets as presets_mod
 from tests.entrypoint_helpers import (
     SYMM_MEM_CHECKS,
     eagle3_draft,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120.entrypoint import spec
+from sm120.image.entrypoint import spec
 from sm120.verify import startup
 from tests.entrypoint_helpers import (
     clean_env,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120.entrypoint import models, options, sglang_source
-from sm120.entrypoint.errors import UsageError
+from sm120.image.entrypoint import models, options, sglang_source
+from sm120.image.entrypoint.errors import UsageError
 from tests.entrypoint_helpers import eagle3_draft, fake_sglang, kimi_target, write_model
 
 

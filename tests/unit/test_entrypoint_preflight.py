@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sm120.entrypoint import errors, preflight
+from sm120.image.entrypoint import errors, preflight
 from tests.entrypoint_helpers import RTX_PRO, fake_nvidia_smi
 
 UsageError = errors.UsageError

@@ -355,7 +355,7 @@ def test_a_repo_id_looking_path_that_is_a_mounted_model(setup, tmp_path):
 
 
 def test_mounted_dirs_reads_the_mount_table(tmp_path):
-    from sm120.entrypoint import models
+    from sm120.image.entrypoint import models
 
     table = tmp_path / "mountinfo"
     table.write_text(

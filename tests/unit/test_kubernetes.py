@@ -27,7 +27,7 @@ from sm120 import config as cfg
 from sm120 import kubernetes
 from sm120 import plan as planmod
 from sm120.commands.build import tags_for
-from sm120.entrypoint import key_file
+from sm120.image.entrypoint import key_file
 from sm120.verify import startup
 from tests.entrypoint_helpers import fake_sglang, real_plan, run_entrypoint
 from tests.helpers import ROOT, run_build_py
@@ -371,7 +371,7 @@ def test_lws_variables_come_first_and_win(rendered):
 
 SECRET, SECRET_KEY = "sglang-key", "token"
 API_KEY = "k8s-test-key-3f9a1c7e5b2d4a60"  # what the Secret holds in the tests (never a real key)
-NO_KEY_WARNING = "with no API key"  # the entrypoint's warning (sm120/entrypoint/api_key.py)
+NO_KEY_WARNING = "with no API key"  # the entrypoint's warning (sm120/image/entrypoint/api_key.py)
 
 
 def with_key(*extra: str) -> list[str]:

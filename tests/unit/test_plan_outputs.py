@@ -19,7 +19,7 @@ from sm120 import build_args, exported, labels
 from sm120 import config as cfg
 from sm120 import plan as planmod
 from sm120 import resources as res
-from sm120.entrypoint.spec import PLAN_JSON_PATH
+from sm120.image.entrypoint.spec import PLAN_JSON_PATH
 from sm120.plan_types import Plan, sm
 
 ROOT = Path(__file__).resolve().parents[2]

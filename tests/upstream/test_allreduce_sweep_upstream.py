@@ -28,7 +28,7 @@ STANDIN = "tests.upstream.allreduce_standin:communicator"
 
 SWEEP = """
 import os
-from sm120.allreduce import errors, launch
+from sm120.image.allreduce import errors, launch
 fields = dict(world_size=2, sizes=[4096, 65536], repeats=3, warmup=1, cuda_graph=False, capability=12,
               device="cpu", communicator=os.environ["STANDIN"], progress=False)
 try:
@@ -51,7 +51,7 @@ def sweep(python: Path, tree: Path | None, **env: str) -> dict:
 @pytest.mark.parametrize("sglang_python", TRACKS, indirect=True)
 def test_without_a_gpu_the_sweep_is_one_line(sglang_python: Path):
     proc = subprocess.run(
-        [str(sglang_python), "-m", "sm120.allreduce", "--tp", "2"],
+        [str(sglang_python), "-m", "sm120.image.allreduce", "--tp", "2"],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""},

@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from sm120 import config as cfg
 from sm120 import pypi
-from sm120.entrypoint import sglang_source
+from sm120.image.entrypoint import sglang_source
 from sm120.plan import resolve
 
 CONFIG = cfg.load()

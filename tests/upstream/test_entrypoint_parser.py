@@ -20,8 +20,8 @@ from packaging.version import Version
 
 from sm120 import config as cfg
 from sm120 import patching
-from sm120.entrypoint import key_file
-from sm120.entrypoint.sglang_source import InstalledSGLang
+from sm120.image.entrypoint import key_file
+from sm120.image.entrypoint.sglang_source import InstalledSGLang
 from tests.entrypoint_helpers import (
     clean_env,
     eagle3_draft,

@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from sm120.entrypoint.spec import PLAN_JSON_PATH
+from sm120.image.entrypoint.spec import PLAN_JSON_PATH
 from sm120.verify import docker_env, model_configs, startup
 from sm120.verify.suite.conftest import entrypoint
 

@@ -9,7 +9,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from sm120.entrypoint.preflight import CACHE_VARIABLES
+from sm120.image.entrypoint.preflight import CACHE_VARIABLES
 from sm120.verify import docker_env, elf
 
 
@@ -32,7 +32,7 @@ def test_jit_cache_variable_points_into_the_cache_volume_and_is_writable(cache, 
     variable, value = cache.name, image.env.get(cache.name)
     assert value, f"the image does not set {variable}"
     want = str(PurePosixPath(expect.cache_dir, cache.under))
-    assert value == want, f"{variable}={value}, not {want} (sm120/entrypoint/preflight.py CACHE_VARIABLES)"
+    assert value == want, f"{variable}={value}, not {want} (sm120/image/entrypoint/preflight.py CACHE_VARIABLES)"
     probe = f"{value}/.sm120-verify-write-test"
     result = host.run(f"mkdir -p {shlex.quote(value)} && echo ok > {shlex.quote(probe)} && rm {shlex.quote(probe)}")
     assert result.rc == 0, f"{variable}={value} is not writable by {expect.user}: {result.stderr.strip()}"

@@ -62,8 +62,8 @@ def rule_environment(environ: MutableMapping[str, str]) -> dict[str, str]:
     image's plan ($SM120_PLAN, else /etc/sglang-sm120/plan.json) as the entrypoint reads it (build.toml is where
     the value is written). A variable already set wins, as through the entrypoint. Returns what it set; nothing
     where there is no plan to read (outside the image)."""
-    from sm120.entrypoint import presets, tools
-    from sm120.entrypoint.errors import UsageError
+    from sm120.image.entrypoint import presets, tools
+    from sm120.image.entrypoint.errors import UsageError
 
     try:
         spec = presets.load(environ).spec
@@ -159,7 +159,7 @@ class _Clock:
 
 
 def _run(rank: int, job: Job) -> dict[str, Any]:
-    rule_environment(os.environ)  # `python -m sm120.allreduce` outside the entrypoint gets its environment too
+    rule_environment(os.environ)  # `python -m sm120.image.allreduce` outside the entrypoint gets its environment too
     import torch
     import torch.distributed as dist
 

@@ -1,4 +1,4 @@
-"""`python3 -m sm120.allreduce [OPTIONS]` (in the image: `IMAGE allreduce-sweep [OPTIONS]`): the order of it all.
+"""`python3 -m sm120.image.allreduce [OPTIONS]` (in the image: `IMAGE allreduce-sweep [OPTIONS]`): the order of it all.
 
 arguments (cli) -> what the machine offers (machine) -> one process per GPU (launch, worker) -> the table,
 the crossover and the limit to set (report). Exit status: 0 done; 1 the machine cannot run it, or a sum

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the directory holding the sm120 pa
 # word -> (package whose __main__.main() runs it, the SGLang option whose runtime rules' environment it gets, summary)
 TOOLS: dict[str, tuple[str, str, str]] = {
     "allreduce-sweep": (
-        "sm120.allreduce",
+        "sm120.image.allreduce",
         "--enable-torch-symm-mem",
         "measures SGLang's symmetric-memory (two-shot) all-reduce against NCCL on these GPUs, size by size, and "
         "prints the limit to set (SM120_SYMM_MEM_MAX_SIZES); its options: `allreduce-sweep --help`",

@@ -2,7 +2,7 @@
 
 It runs on the host (`build.py patches`, through sm120.patching, which picks each patch's variant for a release) and
 in the image build's `patched` stage, from the build context, on the series `build.py build` resolved on the host
-(`python3 -m sm120.patch_engine apply SERIES.json SITE-PACKAGES`): one engine, one resolution.
+(`python3 -m sm120.image.patch_engine apply SERIES.json SITE-PACKAGES`): one engine, one resolution.
 
 For each patch of the series, in order:
 
@@ -456,10 +456,10 @@ def read_series(path: Path) -> tuple[str, list[Resolved]]:
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python3 -m sm120.patch_engine apply SERIES.json TREE`: the image build's patch step (files relative to the
+    """`python3 -m sm120.image.patch_engine apply SERIES.json TREE`: the image build's patch step (files relative to the
     series' directory). Prints one line per patch; a conflict names the patch, the file and the hunk, exit 1."""
     if len(argv) != 3 or argv[0] != "apply":
-        sys.stderr.write("usage: python3 -m sm120.patch_engine apply SERIES.json TREE\n")
+        sys.stderr.write("usage: python3 -m sm120.image.patch_engine apply SERIES.json TREE\n")
         return 2
     series_path, tree = Path(argv[1]), Path(argv[2])
     try:

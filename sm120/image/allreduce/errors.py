@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sm120.entrypoint.errors import one_line  # the image holds both packages (standard library only)
+from sm120.image.entrypoint.errors import one_line  # the image holds both packages (standard library only)
 
 PROG = "allreduce-sweep"
 
