@@ -36,7 +36,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sm120 import build_args  # noqa: E402 (standard library only: runs where pydantic is absent)
+from sm120.plan import build_args  # noqa: E402 (standard library only: runs where pydantic is absent)
 
 # Option -> the build arg it overrides.
 OVERRIDES = {
@@ -179,7 +179,7 @@ def plan_build_args(plan: Path | None, profile: str, sglang: str | None) -> dict
     """The plan's build args: from a `build.py plan --json` file, or resolved from build.toml here."""
     if plan is not None:
         return json.loads(plan.read_text())["build_args"]
-    from sm120.plan import load_plan
+    from sm120.plan.resolve import load_plan
 
     return load_plan(profile=profile, sglang=sglang).build_args
 

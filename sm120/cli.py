@@ -1,28 +1,75 @@
-"""`build.py`: a thin argparse front over the sm120 package. Subcommands live in sm120/commands/."""
+"""`build.py`: a thin argparse front over the sm120 package. Each subcommand is a `cmd_*` module of the pipeline
+step it belongs to (sm120/plan/, build/, patches/, track/, verify/, bench/, deploy/)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
-import math
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
-from .errors import CheckFailed, UsageError, suggest
+from sm120.bench import cmd_bench
+from sm120.build import cmd_base, cmd_build, cmd_preflight, cmd_sbom
+from sm120.deploy import cmd_deploy
+from sm120.errors import CheckFailed, UsageError, missing_package, suggest
+from sm120.patches import cmd_patches
+from sm120.plan import cmd_plan
+from sm120.plan.config import ROOT
+from sm120.track import cmd_track
+from sm120.verify import cmd_verify
 
-# Subcommand modules, in the order `--help` lists them.
-COMMANDS = ["plan", "patches", "track", "base", "preflight", "build", "verify", "sbom", "bench", "deploy"]
+# The subcommands, in the order `--help` lists them; each module's `register(subparsers)` declares its arguments.
+COMMANDS = (
+    cmd_plan,
+    cmd_patches,
+    cmd_track,
+    cmd_base,
+    cmd_preflight,
+    cmd_build,
+    cmd_verify,
+    cmd_sbom,
+    cmd_bench,
+    cmd_deploy,
+)
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line (exit 2), without the usage block."""
+    """argparse that reports a usage error in one line (exit 2), without the usage block, naming what a misspelled
+    choice or option resembles. The subcommands' parsers (and theirs) are Parsers too: argparse gives a subparser its
+    parent's class."""
+
+    _given: Sequence[str] = ()
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        self._given = list(sys.argv[1:] if args is None else args)
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and not hasattr(namespace, "_unknown_in"):
+            namespace._unknown_in = self  # the innermost parser left them: its options are the ones they resemble
+        return namespace, extras
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        namespace, extras = self.parse_known_args(args, namespace)
+        where = vars(namespace).pop("_unknown_in", self)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{where.resembles(extras)}")
+        return namespace
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        unknown = [a for a in self._given if a.startswith("--") and not self._known(a)]
+        if unknown and "required" in message:  # a misspelled option is why the one it meant is missing
+            message = f"unrecognized arguments: {unknown[0]}{self.resembles(unknown)}"
         self.exit(2, f"{self.prog}: error: {message}{_closest(message)} (see --help)\n")
+
+    def _known(self, arg: str) -> bool:  # argparse takes an option's prefixes too
+        return any(option.startswith(arg.split("=", 1)[0]) for option in self._option_string_actions)
+
+    def resembles(self, extras: Sequence[str]) -> str:
+        """'; perhaps you meant --endpoint' for the first unknown option of `extras`, or ''."""
+        options = [a.split("=", 1)[0] for a in extras if a.startswith("-")]
+        return suggest(options[0], self._option_string_actions) if options else ""
 
 
 def _closest(message: str) -> str:
@@ -33,116 +80,18 @@ def _closest(message: str) -> str:
     return suggest(match.group(1), re.findall(r"'?([^',\s]+)'?", match.group(2)))
 
 
-MAX_DIGITS = 18  # no count or size here needs more; int() would refuse past 4300 digits with a traceback
-
-
-def shown(text: str, limit: int = 40) -> str:
-    """A value as an error message quotes it: repr, cut short when long (a 5000-digit number is one word)."""
-    quoted = repr(text)
-    return quoted if len(quoted) <= limit else quoted[: limit - 4] + "...'" + f" ({len(text)} characters)"
-
-
-def _digits(text: str, what: str) -> None:
-    if len(text.lstrip("-")) > MAX_DIGITS:
-        raise argparse.ArgumentTypeError(f"must be {what} of at most {MAX_DIGITS} digits, got {shown(text)}")
-
-
-def positive_int(text: str) -> int:
-    if not re.fullmatch(r"[0-9]+", text):
-        raise argparse.ArgumentTypeError(f"must be a positive integer (ASCII digits), got {shown(text)}")
-    _digits(text, "a positive integer")
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def integer(text: str) -> int:
-    if not re.fullmatch(r"-?[0-9]+", text):
-        raise argparse.ArgumentTypeError(f"must be an integer (ASCII digits), got {shown(text)}")
-    _digits(text, "an integer")
-    return int(text)
-
-
-def non_negative_int(text: str) -> int:
-    if not re.fullmatch(r"[0-9]+", text):
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer (ASCII digits), got {shown(text)}")
-    _digits(text, "a non-negative integer")
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A positive, finite number in plain ASCII decimal (float() also takes 'inf', '1_0' and other digits)."""
-    if not re.fullmatch(r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", text):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number such as 30 or 0.5, got {shown(text)}")
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        why = " (it is read as 0: too small for a double)" if value == 0 and re.search("[1-9]", text) else ""
-        raise argparse.ArgumentTypeError(f"must be a positive finite number such as 30 or 0.5, got {shown(text)}{why}")
-    return value
-
-
-def add_config_args(parser: argparse.ArgumentParser, *, sglang: bool = True, profile: bool = True) -> None:
-    """The options every plan-reading subcommand shares."""
-    parser.add_argument("--config", metavar="FILE", help="build.toml to read (default: the checkout's)")
-    if profile:
-        parser.add_argument("--profile", metavar="NAME", help="profile from build.toml (default: defaults.profile)")
-    if sglang:
-        parser.add_argument("--sglang", metavar="VERSION", help="SGLang track (default: defaults.sglang)")
-
-
-MAX_MEMORY_GIB = 1 << 20  # 1 PiB: far above any builder, far below where GiB -> bytes overflows a float
-MIN_MEMORY_GIB = 0.1  # below it the plan would show 0.0 GiB and 0 jobs: no builder has less
-
-
-def memory_gib(text: str) -> float:
-    value = positive_float(text)
-    if value < MIN_MEMORY_GIB:
-        raise argparse.ArgumentTypeError(f"must be at least {MIN_MEMORY_GIB} (GiB: ~100 MiB), got {shown(text)}")
-    if value > MAX_MEMORY_GIB:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_MEMORY_GIB} (GiB: 1 PiB), got {shown(text)}")
-    return value
-
-
-def add_machine_args(parser: argparse.ArgumentParser) -> None:
-    """The options that plan for another builder than this machine (plan, build)."""
-    parser.add_argument("--max-jobs", type=positive_int, metavar="N", help="override the derived compile parallelism")
-    parser.add_argument(
-        "--cpus", type=positive_int, metavar="N", help="plan for a machine with N CPUs (default: this one)"
-    )
-    parser.add_argument(
-        "--memory-gib", type=memory_gib, metavar="G", help="plan for a machine with G GiB (default: this one)"
-    )
-
-
-def _needs(command: str, package: str):
-    def fail(args: argparse.Namespace) -> int:
-        raise UsageError(
-            f"needs the Python package {package!r}, which this interpreter lacks: "
-            "run ./dev setup (or pip install -r requirements.txt)"
-        )
-
-    return fail
+def version() -> str:
+    """This project's version, pyproject.toml's."""
+    return re.findall(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)[0]
 
 
 def build_parser() -> Parser:
     parser = Parser(prog="build.py", description=__doc__)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    parser.add_argument("--version", action="version", version=f"build.py {version()}", help="print the version")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"sm120.commands.{name}")
-        except ModuleNotFoundError as exc:
-            # A third-party package this command needs is missing (e.g. the docker SDK, build.py run by a Python
-            # without requirements.txt): the other commands still work; this one says what to do.
-            unavailable = sub.add_parser(name, help="(unavailable here: a Python package it needs is missing)")
-            unavailable.add_argument("rest", nargs=argparse.REMAINDER)
-            unavailable.set_defaults(func=_needs(name, str(exc.name).split(".")[0]))
-            continue
-        module.register(sub)
+    for command in COMMANDS:
+        command.register(sub)
     return parser
 
 
@@ -231,6 +180,11 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:  # Ctrl-C; SIGTERM where a command turns it into one (exit 143)
         print(f"build.py {args.command}: {getattr(exc, 'what', 'interrupted')}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 130))
+    except ModuleNotFoundError as exc:  # a third-party package this command needs (the docker SDK, say)
+        if str(exc.name).startswith("sm120"):
+            raise
+        print(f"build.py {args.command}: error: {missing_package(exc)}", file=sys.stderr)
+        return 2
     except RecursionError:  # an input (a TOML or JSON file) nested beyond reason
         print(f"build.py {args.command}: error: an input file is nested too deeply to read", file=sys.stderr)
         return 2

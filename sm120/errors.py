@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from sm120.image.exit_errors import CheckFailed, UsageError
 
-__all__ = ["CheckFailed", "UsageError", "suggest"]
+__all__ = ["CheckFailed", "Terminated", "UsageError", "missing_package", "suggest"]
 
 
 def suggest(name: object, allowed: Iterable[str]) -> str:
@@ -19,3 +19,19 @@ def suggest(name: object, allowed: Iterable[str]) -> str:
     for build.py (build.toml, the CLI's choices, bench); the image's entrypoint, standard library only, has its own."""
     close = difflib.get_close_matches(str(name), list(allowed), n=1, cutoff=0.6)
     return f"; perhaps you meant {close[0]!r}" if close else ""
+
+
+def missing_package(exc: ModuleNotFoundError) -> str:
+    """What to say when a third-party package is missing (build.py run by a Python without requirements.txt)."""
+    return (
+        f"needs the Python package {str(exc.name).split('.')[0]!r}, which this interpreter lacks: "
+        "run ./dev setup (or pip install -r requirements.txt)"
+    )
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI runner cancelling the job, `docker stop` of a wrapper): handled as Ctrl-C is, exit 143. The CLI
+    prints `what` (the class's, or a command's subclass's) and exits with `exit_code`."""
+
+    exit_code = 143
+    what = "terminated (SIGTERM)"

@@ -72,8 +72,8 @@ def without_track(text: str, version: str) -> str:
 
     from packaging.version import Version
 
-    from sm120 import track_stanza
     from sm120.errors import UsageError
+    from sm120.track import stanza as track_stanza
 
     lines = text.splitlines(keepends=True)
     while True:

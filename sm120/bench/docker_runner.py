@@ -22,14 +22,13 @@ from typing import Any
 import requests
 from tqdm import tqdm
 
+from sm120.bench.client import ServerUnreachable
+from sm120.build.docker_client import connect as docker_connect
+from sm120.build.docker_client import describe
+from sm120.build.docker_client import image as docker_image
+from sm120.errors import CheckFailed
 from sm120.image.entrypoint import key_file
-
-from ..docker_client import connect as docker_connect
-from ..docker_client import describe
-from ..docker_client import image as docker_image
-from ..errors import CheckFailed
-from ..labels import namespace
-from .client import ServerUnreachable
+from sm120.plan.labels import namespace
 
 
 def bench_label() -> str:
@@ -184,11 +183,15 @@ def _exit_state(container: Any, wait_s: float = 3.0) -> str:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """A CI runner cancels with SIGTERM: turn it into KeyboardInterrupt so `finally` removes the container."""
+    """A CI runner cancels with SIGTERM: turn it into KeyboardInterrupt so `finally` removes the container. A handler
+    already set in Python is kept (`build.py bench`'s raises its Terminated: exit 143, with --image too)."""
 
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    if callable(signal.getsignal(signal.SIGTERM)):
+        yield
+        return
     try:
         previous = signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not the main thread
@@ -238,6 +241,10 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
                 with contextlib.suppress(docker.errors.DockerException):
                     client.containers.get(name).remove(force=True)
                 raise CheckFailed(f"{spec.label}: cannot start {spec.image}: {describe(exc)}") from None
+            except BaseException:  # Ctrl-C or SIGTERM during the create or the start: it may exist, unnamed here
+                with contextlib.suppress(docker.errors.DockerException):
+                    client.containers.get(name).remove(force=True)
+                raise
             container.reload()
             bindings = (container.ports or {}).get(f"{spec.port}/tcp") or []
             if not bindings:
@@ -261,8 +268,10 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
                 raise CheckFailed(f"{exc}{_exit_state(container)}; its log: {log_path}") from None
         finally:
             if container is not None:
-                save_log(container, log_path)
-                with contextlib.suppress(docker.errors.DockerException):
-                    container.stop(timeout=STOP_TIMEOUT_S)
-                with contextlib.suppress(docker.errors.DockerException):
-                    container.remove(force=True)
+                try:
+                    save_log(container, log_path)
+                    with contextlib.suppress(docker.errors.DockerException):
+                        container.stop(timeout=STOP_TIMEOUT_S)
+                finally:  # also on another Ctrl-C during the graceful stop: then it is removed at once
+                    with contextlib.suppress(docker.errors.DockerException):
+                        container.remove(force=True)

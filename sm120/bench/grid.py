@@ -12,9 +12,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sm120.errors import UsageError
 from sm120.image.entrypoint.spec import draft_tree_most
-
-from ..errors import UsageError
 
 # Defaults of the sweep: the track's preset point (build.toml [tracks."X".presets.eagle3], where it sets one) is
 # always added, and so is upstream's suggestion for Kimi K2.5 (steps 3, top-k 1, draft tokens 4).

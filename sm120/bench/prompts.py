@@ -13,9 +13,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from sm120.errors import UsageError
 from sm120.image.entrypoint.errors import long_number
-
-from ..errors import UsageError
 
 SHIPPED = Path(__file__).with_name("prompts.jsonl")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .results import Results
+from sm120.bench.results import Results
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:

@@ -20,8 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckFailed, UsageError
-from . import stats
+from sm120.bench import stats
+from sm120.errors import CheckFailed, UsageError
 
 SCHEMA = 1
 BASELINE = "baseline"

@@ -10,12 +10,11 @@ from typing import TextIO
 import requests
 from tqdm import tqdm
 
+from sm120.bench import client
+from sm120.bench.prompts import WARMUP, Prompt, PromptSet
+from sm120.bench.results import Label, Results
+from sm120.errors import CheckFailed
 from sm120.image.entrypoint.key_file import ApiKey
-
-from ..errors import CheckFailed
-from . import client
-from .prompts import WARMUP, PromptSet
-from .results import Label, Results
 
 
 @dataclass(frozen=True)
@@ -54,10 +53,10 @@ class Progress:
             self.bar.close()
 
 
-def _line(run: client.RunResult, n: int, total: int) -> str:
+def _line(run: client.RunResult, which: str) -> str:
     decode = f"{run.decode_tok_s:.1f}" if run.decode_tok_s is not None else "-"
     text = (
-        f"run {n}/{total} ttft {run.ttft_s:.3f} s, decode {decode} tok/s, e2e {run.e2e_tok_s:.1f} tok/s, "
+        f"{which} ttft {run.ttft_s:.3f} s, decode {decode} tok/s, e2e {run.e2e_tok_s:.1f} tok/s, "
         f"{run.completion_tokens} tokens"
     )
     if run.spec_accept_length is not None:
@@ -69,6 +68,12 @@ def _short(run: client.RunResult) -> str:
     decode = f"{run.decode_tok_s:.1f}" if run.decode_tok_s is not None else "-"
     text = f"decode {decode} tok/s, ttft {run.ttft_s:.2f} s"
     return text + (f", accept {run.spec_accept_length:.2f}" if run.spec_accept_length is not None else "")
+
+
+def _requests(prompts: PromptSet, plan: RunPlan) -> list[tuple[str, Prompt, int]]:
+    """(which, prompt, index) of every request of a label: the untimed warm-ups (index 0), then the timed runs."""
+    warmups = [(f"warm-up {i + 1}/{plan.warmup}", WARMUP, 0) for i in range(plan.warmup)]
+    return warmups + [(f"run {i + 1}/{plan.runs}", prompts.for_run(i), i + 1) for i in range(plan.runs)]
 
 
 def measure_label(
@@ -97,38 +102,25 @@ def measure_label(
         results.save(out_dir)
         progress = Progress(label.name, plan.warmup + plan.runs)
         try:
-            for i in range(plan.warmup):
-                prompt = WARMUP
+            for which, prompt, index in _requests(prompts, plan):
                 try:
                     run = client.measure(
                         session,
                         endpoint,
                         prompt,
                         plan.sampling,
-                        index=0,
+                        index=index,
                         read_timeout_s=plan.read_timeout_s,
                         deadline_s=plan.deadline_s,
                     )
                 except client.RunFailed as exc:
-                    raise _failed(label, results, out_dir, f"warm-up {i + 1}/{plan.warmup}", exc) from None
-                progress.step(f"warm-up {i + 1}/{plan.warmup} ({run.completion_tokens} tokens)", "warm-up")
-            for i in range(plan.runs):
-                prompt = prompts.for_run(i)
-                try:
-                    run = client.measure(
-                        session,
-                        endpoint,
-                        prompt,
-                        plan.sampling,
-                        index=i + 1,
-                        read_timeout_s=plan.read_timeout_s,
-                        deadline_s=plan.deadline_s,
-                    )
-                except client.RunFailed as exc:
-                    raise _failed(label, results, out_dir, f"run {i + 1}/{plan.runs}", exc) from None
+                    raise _failed(label, results, out_dir, which, exc) from None
+                if index == 0:  # a warm-up: untimed, not kept
+                    progress.step(f"{which} ({run.completion_tokens} tokens)", "warm-up")
+                    continue
                 label.runs.append(run.to_dict())
                 results.save(out_dir)
-                progress.step(_line(run, i + 1, plan.runs), _short(run))
+                progress.step(_line(run, which), _short(run))
         finally:
             progress.close()
         after = client.server_info(session, endpoint).get("avg_spec_accept_length")

@@ -20,8 +20,8 @@ import docker.errors
 from docker.models.containers import Container
 
 import docker
-
-from .. import docker_client, labels
+from sm120.build import docker_client
+from sm120.plan import labels
 
 
 def run_label() -> str:
@@ -145,13 +145,14 @@ def run_containers(engine: docker.DockerClient, run_id: str | None = None) -> li
     return engine.api.containers(all=True, filters={"label": label})
 
 
-def remove_run(engine: docker.DockerClient, run_id: str, *, settle_s: float = 0.0) -> list[str]:
+def remove_run(engine: docker.DockerClient, run_id: str, *, settle_s: float = 0.0, limit_s: float = 60.0) -> list[str]:
     """Remove every container of a run; returns the names removed (empty when the suite cleaned up itself).
 
     A create request that was in flight when a run was interrupted can finish after a first listing: after an
-    interruption, pass `settle_s` and the listing is repeated until it has been empty that long."""
+    interruption, pass `settle_s` and the listing is repeated until it has been empty that long. It gives up after
+    `limit_s` (a removal the engine never finishes): the caller lists what is left."""
     removed: list[str] = []
-    quiet_since = time.monotonic()
+    started = quiet_since = time.monotonic()
     while True:
         found = run_containers(engine, run_id)
         for entry in found:
@@ -163,12 +164,12 @@ def remove_run(engine: docker.DockerClient, run_id: str, *, settle_s: float = 0.
                 if exc.response is None or exc.response.status_code != 409:
                     raise
             removed.append((entry.get("Names") or [entry["Id"][:12]])[0].lstrip("/"))
+        now = time.monotonic()
         if found:
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= settle_s:
+            quiet_since = now
+        if (not found and now - quiet_since >= settle_s) or now - started >= limit_s:
             return sorted(set(removed))
-        else:
-            time.sleep(0.25)
+        time.sleep(0.25)
 
 
 def copy_out(container: Container, path: str, dest: Path) -> Path:

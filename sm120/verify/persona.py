@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from ..config import Strict
-from ..errors import UsageError
+from sm120.errors import UsageError
+from sm120.plan.config import Strict
 
 if sys.version_info >= (3, 11):
     import tomllib

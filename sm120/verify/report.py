@@ -13,7 +13,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .startup import DECISION_ROWS
+# The decision table: (row, setting). `draft attention` is the draft's own setting, else what it inherits.
+DECISION_ROWS: tuple[tuple[str, str], ...] = (
+    ("quantization", "quantization"),
+    ("quant config (loader)", "quant_config"),
+    ("attention backend", "attention_backend"),
+    ("prefill / decode attention", "prefill_decode_attention"),
+    ("draft attention backend", "speculative_draft_attention_backend"),
+    ("draft model (attention)", "draft_model"),
+    ("vision attention backend", "mm_attention_backend"),
+    ("MoE runner (server args)", "moe_runner_backend"),
+    ("MoE runner (scheduler)", "moe_runner"),
+    ("draft MoE runner", "speculative_moe_runner_backend"),
+    ("FP4 GEMM (server args)", "fp4_gemm_runner_backend"),
+    ("FP4 GEMM (scheduler)", "fp4_gemm_runner"),
+    ("FP8 GEMM (scheduler)", "fp8_gemm_runner"),
+    ("DeepGEMM JIT", "deep_gemm.ENABLE_JIT_DEEPGEMM"),
+    ("CUDA graph", "cuda_graph"),
+    ("page size", "page_size"),
+    ("KV cache dtype", "kv_cache_dtype"),
+    ("mem fraction static", "mem_fraction_static"),
+    ("chunked prefill size", "chunked_prefill_size"),
+    ("torch symm-mem all-reduce", "enable_torch_symm_mem"),
+    ("custom all-reduce disabled", "disable_custom_all_reduce"),
+    ("FlashInfer all-reduce fusion", "enable_flashinfer_allreduce_fusion"),
+    ("speculative (steps/topk/draft)", "speculative"),
+    ("overlap scheduling", "overlap_schedule"),
+)
+
 
 PACKAGES = ("torch", "sglang", "sgl_kernel", "flashinfer", "flash_attn")
 

@@ -3,27 +3,95 @@
 pytest runs in a child process with SM120_IMAGE=TAG; the containers it starts carry this run's label and are
 removed by the suite's own fixtures, and again here afterwards, whatever happened (a failed check, Ctrl-C,
 SIGTERM from a CI runner, a crashed pytest).
+
+Signals: SIGINT (Ctrl-C) and SIGTERM stop a run within seconds in every phase. Both are handled here explicitly
+(SIGINT too: a verify started where it is ignored, in the background of a script, still stops on it), as
+KeyboardInterrupt (exit 130) and Terminated (exit 143). pytest runs in a process group of its own, which is passed
+the signal once as SIGINT (it tears its fixtures down) and killed after GRACE_S; then the run's containers are
+removed by their label. Removing them is never cut short by another signal (a third one leaves at once).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .. import image_plan, labels
-from ..errors import CheckFailed, UsageError
-from . import docker_env, report
+from sm120.errors import CheckFailed, UsageError
+from sm120.plan import image_plan, labels
+from sm120.verify import docker_env, report
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = Path(__file__).resolve().parent / "suite"  # the checks, shipped with build.py
-GRACE_S = 60  # how long pytest may take to tear its containers down after Ctrl-C before it is killed
+GRACE_S = 10.0  # how long pytest may take to tear its containers down after Ctrl-C before it is killed
 SETTLE_S = 3.0  # after an interruption: how long no container of the run may appear before cleanup ends
+HELD_SIGNALS = 3  # while a held step runs (containers being removed), the signal that leaves at once
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI runner cancelling the job): handled as Ctrl-C is, exit 143."""
+
+    exit_code = 143
+    what = "terminated (SIGTERM)"
+
+
+def _interruption(signum: int) -> KeyboardInterrupt:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+class _Signals:
+    """The handler of SIGINT and SIGTERM while verify runs: raise in the main thread at once, or, inside `held()`,
+    keep the signal and raise it when the block ends (a block that must not be left half done: containers being
+    removed, pytest being started); the HELD_SIGNALS-th signal while held is raised at once."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: list[int] = []
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.depth and len(self.pending) < HELD_SIGNALS - 1:
+            self.pending.append(signum)
+            return
+        self.pending.clear()
+        raise _interruption(signum)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.depth += 1
+        signum = None
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if not self.depth and self.pending:
+                signum = self.pending[0]
+                self.pending.clear()
+        if signum is not None:
+            raise _interruption(signum)
+
+
+SIGNALS = _Signals()
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM handled by SIGNALS while the block runs (in the main thread; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, SIGNALS.handle) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def preflight(tag: str) -> tuple[Any, docker_env.ImageInfo]:
@@ -43,7 +111,8 @@ def preflight(tag: str) -> tuple[Any, docker_env.ImageInfo]:
         labels.parse(info.labels)
     except labels.LabelError as exc:
         raise UsageError(f"{tag}: {exc}") from None
-    image_plan.read(engine, tag)  # the plan the checks read: an image without one exits 2 here
+    with SIGNALS.held():  # it creates a container to read the file from, and removes it: never half done
+        image_plan.read(engine, tag)  # the plan the checks read: an image without one exits 2 here
     if not SUITE.is_dir():
         raise UsageError(f"the image suite {SUITE} is missing: reinstall build.py with its sm120 package")
     return engine, info
@@ -68,6 +137,13 @@ def run(
     extra_env: dict[str, str] | None = None,
 ) -> int:
     out = out or sys.stdout
+    with stop_on_signals():
+        return _run(tag, junit, select, verbose, out, extra_env)
+
+
+def _run(
+    tag: str, junit: Path | None, select: str | None, verbose: bool, out: TextIO, extra_env: dict[str, str] | None
+) -> int:
     engine, _info = preflight(tag)
     run_id = docker_env.new_run_id()
     with tempfile.TemporaryDirectory(prefix="sm120-verify-") as scratch:
@@ -87,36 +163,59 @@ def run(
             status = _run_pytest(_pytest_command(junit_path, select, verbose), env)
             interrupted = status == 2
         finally:
-            left = docker_env.remove_run(engine, run_id, settle_s=SETTLE_S if interrupted else 0.0)
-            if left:
-                print(f"verify: removed {len(left)} container(s) the suite left behind: {', '.join(left)}", file=out)
+            _remove_run(engine, run_id, interrupted, out)
         found = report.Report.load(report_path)
         outcome = report.junit_outcome(junit_path)
     return _conclude(status, found, outcome, out)
 
 
-def _run_pytest(cmd: Sequence[str], env: dict[str, str]) -> int:
-    """pytest in the foreground; Ctrl-C reaches it too (same process group) and it tears down its fixtures.
-    SIGTERM (a CI runner cancelling) is passed on to it as SIGINT, so it tears down the same way."""
-    proc = subprocess.Popen(list(cmd), cwd=ROOT, env=env)
+def _remove_run(engine: Any, run_id: str, interrupted: bool, out: TextIO) -> None:
+    """Remove what is left of the run's containers; another Ctrl-C waits for this (a third one leaves at once)."""
+    with SIGNALS.held():
+        left = docker_env.remove_run(engine, run_id, settle_s=SETTLE_S if interrupted else 0.0)
+        if left:
+            print(f"verify: removed {len(left)} container(s) the suite left behind: {', '.join(left)}", file=out)
+        stuck = [(c.get("Names") or [c["Id"]])[0].lstrip("/") for c in docker_env.run_containers(engine, run_id)]
+        if stuck:
+            print(f"verify: could not remove {', '.join(stuck)}: remove them with docker rm -f", file=sys.stderr)
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def _run_pytest(cmd: Sequence[str], env: dict[str, str] | None) -> int:
+    """pytest, until it ends, in a process group of its own: Ctrl-C (which reaches the terminal's foreground group,
+    this process) and SIGTERM (a CI runner cancelling: this process only) are passed on once, as SIGINT, to its
+    whole group (pytest and the docker CLIs it runs), so it tears its fixtures down; what is left of the group
+    after GRACE_S is killed (at once on another Ctrl-C). The caller removes the run's containers by label."""
+    proc = None
+    with stop_on_signals():
+        try:
+            with SIGNALS.held():  # a signal while it starts is raised once `proc` is known
+                proc = subprocess.Popen(list(cmd), cwd=ROOT, env=env, start_new_session=True)
+            return proc.wait()
+        except KeyboardInterrupt:
+            if proc is not None:
+                _stop(proc)
+            raise
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT to pytest's group, GRACE_S for its teardown (none on another Ctrl-C), then SIGKILL to what is left."""
+    if proc.poll() is None:
+        print(
+            f"verify: stopping the checks (their teardown gets {GRACE_S:g} s; Ctrl-C again: none)",
+            file=sys.stderr,
+            flush=True,
+        )
+        _signal_group(proc.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):  # KeyboardInterrupt: Ctrl-C again
+            proc.wait(timeout=GRACE_S)
+    _signal_group(proc.pid, signal.SIGKILL)  # pytest if it is still there, and any docker CLI it left
+    with SIGNALS.held():
+        proc.wait()
 
 
 def _conclude(status: int, found: report.Report | None, outcome: report.Outcome | None, out: TextIO) -> int:

@@ -11,11 +11,12 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sm120.image.entrypoint.models import EAGLE3_MARK as EAGLE3_MARK
 
-from ..config import Sm120Trap
+if TYPE_CHECKING:
+    from sm120.plan.config import Sm120Trap
 
 # Architectures the project supports (README: Kimi-K2.5, the DeepSeek-V3 family); the EAGLE-3 drafters are
 # every `*Eagle3*` class of the installed SGLang (what the entrypoint accepts), found by the probe.
@@ -37,34 +38,6 @@ START_UP_MODULES = (
     "sglang.srt.layers.moe.fused_moe_triton.layer",
     "sglang.srt.layers.quantization.modelopt_quant",
     "sglang.srt.layers.quantization.fp8",
-)
-
-# The decision table: (row, setting). `draft attention` is the draft's own setting, else what it inherits.
-DECISION_ROWS: tuple[tuple[str, str], ...] = (
-    ("quantization", "quantization"),
-    ("quant config (loader)", "quant_config"),
-    ("attention backend", "attention_backend"),
-    ("prefill / decode attention", "prefill_decode_attention"),
-    ("draft attention backend", "speculative_draft_attention_backend"),
-    ("draft model (attention)", "draft_model"),
-    ("vision attention backend", "mm_attention_backend"),
-    ("MoE runner (server args)", "moe_runner_backend"),
-    ("MoE runner (scheduler)", "moe_runner"),
-    ("draft MoE runner", "speculative_moe_runner_backend"),
-    ("FP4 GEMM (server args)", "fp4_gemm_runner_backend"),
-    ("FP4 GEMM (scheduler)", "fp4_gemm_runner"),
-    ("FP8 GEMM (scheduler)", "fp8_gemm_runner"),
-    ("DeepGEMM JIT", "deep_gemm.ENABLE_JIT_DEEPGEMM"),
-    ("CUDA graph", "cuda_graph"),
-    ("page size", "page_size"),
-    ("KV cache dtype", "kv_cache_dtype"),
-    ("mem fraction static", "mem_fraction_static"),
-    ("chunked prefill size", "chunked_prefill_size"),
-    ("torch symm-mem all-reduce", "enable_torch_symm_mem"),
-    ("custom all-reduce disabled", "disable_custom_all_reduce"),
-    ("FlashInfer all-reduce fusion", "enable_flashinfer_allreduce_fusion"),
-    ("speculative (steps/topk/draft)", "speculative"),
-    ("overlap scheduling", "overlap_schedule"),
 )
 
 

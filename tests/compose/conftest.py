@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import config as cfg
-from sm120 import plan as planmod
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
 from tests import entrypoint_helpers as eh
 from tests.helpers import docker_or_skip, free_port
 

@@ -1,6 +1,8 @@
 """compose.yaml and .env.example as `docker compose config` resolves them (no engine, no image needed): the
-settings the issue asks for, the plan's values, and an example env file that lists every variable the entrypoint
-reads and every variable compose.yaml reads."""
+settings the issue asks for, the plan's values, the keys (secrets, and a key file variable set in .env reaching the
+container, where the entrypoint reads it or refuses it), compose.yaml passing only what the image reads, and an
+example env file that lists every variable the image reads (environment.read_by_image, every track) and every
+variable compose.yaml reads."""
 
 from __future__ import annotations
 
@@ -10,29 +12,35 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import config as cfg
-from sm120 import plan as planmod
 from sm120.bench import docker_runner
-from sm120.image.entrypoint import assemble, preflight
+from sm120.image.entrypoint import environment, key_file
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
+from tests import entrypoint_helpers as eh
 from tests.compose.conftest import (
     _ASSIGNMENT,
     CHECK,
     COMPOSE_FILE,
     ENV_EXAMPLE,
     NO_GPU,
-    ROOT,
     SERVICE,
     STACK_FILES,
     STANDIN,
     example_assignments,
+    plan_image_tag,
     render_env,
     run_compose,
 )
 
 PLAN = planmod.resolve(cfg.load())
 PROJECT = "sm120-compose-config"
-# The example's section for what the entrypoint reads but compose.yaml does not pass.
-NOT_PASSED_HEADING = "Read by the entrypoint, but not set from here"
+# The example's section for what the image reads but compose.yaml does not pass.
+NOT_PASSED_HEADING = "Read by the image, but not set from here"
+# Each key file variable, the setting that names its host file, and the secret compose.yaml mounts it as.
+KEY_FILES = {
+    key_file.VARIABLE: ("API_KEY_SECRET", "api_key"),
+    key_file.ADMIN_VARIABLE: ("ADMIN_API_KEY_SECRET", "admin_api_key"),
+}
 
 
 def resolved(compose, tmp_path: Path, values: dict[str, str] | None = None, files=None, **extra_env: str) -> dict:
@@ -46,27 +54,23 @@ def resolved(compose, tmp_path: Path, values: dict[str, str] | None = None, file
 
 
 def entrypoint_variables() -> set[str]:
-    """Every variable the entrypoint reads: the sources' environ["X"] / environ.get("X") / _env(environ, "X"), its
-    variable table, the cache directories it checks, and the variables of every track's runtime rules."""
-    names = {v.name for v in assemble.VARIABLES} | {v.name for v in preflight.CACHE_VARIABLES if v.jit}
-    read = re.compile(r"""environ(?:\.get\(|\[|,\s*)\s*["']([A-Z][A-Z0-9_]*)["']""")
-    sources = sorted((ROOT / "sm120" / "entrypoint").glob("**/*.py"))
-    assert len(sources) > 10, "the entrypoint's sources are not where this scan looks"
-    for path in [*sources, ROOT / "docker" / "entrypoint.py"]:
-        names |= set(read.findall(path.read_text()))
+    """Every variable the image reads, on any track: the entrypoint's one list of them (environment.read_by_image:
+    its variable table, the key files, the plan, GPU and cache variables, the symmetric-memory limit) with each
+    track's runtime rules (its plan's entrypoint spec)."""
     config = cfg.load()
+    names: set[str] = set()
     for track in config.tracks:
-        plan = planmod.resolve(config, sglang=track)
-        for rule in plan.entrypoint.runtime:
-            names |= set(rule.env)
+        names |= environment.read_by_image(planmod.resolve(config, sglang=track).entrypoint)
     return names
 
 
 def not_passed_section() -> set[str]:
+    """The names the example's last section lists: each line `# NAME, NAME: why` (continuations are indented)."""
     text = ENV_EXAMPLE.read_text()
     assert NOT_PASSED_HEADING in text, f".env.example lacks its section '{NOT_PASSED_HEADING}'"
     section = text.split(NOT_PASSED_HEADING, 1)[1]
-    return set(re.findall(r"\b[A-Z][A-Z0-9_]{2,}\b", section))
+    heads = re.findall(r"^# ([A-Z][A-Z0-9_]*(?:, [A-Z][A-Z0-9_]*)*):", section, flags=re.MULTILINE)
+    return {name for head in heads for name in head.split(", ")}
 
 
 def test_compose_config_accepts_the_file_with_the_example_env(compose, tmp_path):
@@ -150,50 +154,104 @@ def test_a_missing_image_or_models_dir_is_named(compose, tmp_path):
         assert name in proc.stderr and ".env" in proc.stderr, proc.stderr
 
 
-def test_the_example_image_is_the_plans_tag():
-    assert example_assignments()["SGLANG_IMAGE"] == PLAN.tags[0], (
-        f".env.example's SGLANG_IMAGE is not the plan's tag {PLAN.tags[0]} (`build.py plan --json`: tags[0])"
+def test_the_example_image_is_the_one_dev_build_makes():
+    """`cp .env.example .env; docker compose up` must find the image `./dev build` made, not try to pull another."""
+    tag = plan_image_tag()
+    assert example_assignments()["SGLANG_IMAGE"] == tag, (
+        f".env.example's SGLANG_IMAGE is not {tag}, the image ./dev build makes (`build.py plan --profile offline "
+        "--json`: tags[0])"
     )
 
 
-def test_the_example_lists_every_variable_the_entrypoint_reads(compose, tmp_path):
+def test_the_example_lists_every_variable_the_image_reads(compose, tmp_path):
     names = entrypoint_variables()
-    assert {"MODEL_PATH", "SM120_PLAN", "CUDA_VISIBLE_DEVICES", "SGLANG_ENABLE_JIT_DEEPGEMM"} <= names  # the scan works
+    assert {"MODEL_PATH", "SM120_PLAN", "CUDA_VISIBLE_DEVICES", "SGLANG_ENABLE_JIT_DEEPGEMM"} <= names
+    assert set(KEY_FILES) <= names
     text = ENV_EXAMPLE.read_text()
     absent = sorted(n for n in names if not re.search(rf"\b{n}\b", text))
     assert not absent, f".env.example does not mention {absent}"
     passed = set(resolved(compose, tmp_path)["services"][SERVICE]["environment"])
     not_passed = not_passed_section()
     assert not passed & not_passed, f"listed as not passed, but compose.yaml passes {sorted(passed & not_passed)}"
+    assert not not_passed - names, f".env.example lists {sorted(not_passed - names)} as read, but the image does not"
     unexplained = sorted(names - passed - not_passed)
     assert not unexplained, f"compose.yaml does not pass {unexplained}, and .env.example does not say why"
-    assignable = example_assignments()
-    lacking = sorted(passed - set(assignable) - computed_variables())
+    lacking = sorted(passed - set(example_assignments()))
     assert not lacking, f"compose.yaml passes {lacking}, but .env.example has no NAME= line for them"
 
 
-def computed_variables() -> set[str]:
-    """What compose.yaml passes with a value made from another setting (API_KEY_FILE from API_KEY_SECRET): .env
-    sets that other one (test_the_example_sets_every_variable_compose_yaml_reads)."""
-    made = re.findall(r"^\s+([A-Z][A-Z0-9_]*): \$\{([A-Z][A-Z0-9_]*)", COMPOSE_FILE.read_text(), re.MULTILINE)
-    return {name for name, source in made if name != source}
+def test_compose_passes_only_what_the_image_reads(compose, tmp_path):
+    """Every variable the server's (and the check's) environment holds is one the image reads (on some track)."""
+    services = resolved(compose, tmp_path)["services"]
+    names = entrypoint_variables()
+    for name in (SERVICE, CHECK):
+        extra = sorted(set(services[name]["environment"]) - names)
+        assert not extra, f"compose.yaml passes {extra} to {name}, which the image does not read"
 
 
-def test_the_api_key_secret_is_mounted_and_named_only_when_set(compose, tmp_path):
-    """API_KEY_SECRET set: the file is the secret api_key and API_KEY_FILE names where Compose mounts it (the
-    path bench --image uses too); unset: API_KEY_FILE empty (no key: the entrypoint warns), /dev/null unread."""
-    assert computed_variables() == {"API_KEY_FILE"}
+def test_the_keys_are_secrets_mounted_and_named_only_when_set(compose, tmp_path):
+    """API_KEY_SECRET and ADMIN_API_KEY_SECRET set: each file is a secret, and its *_FILE variable names where Compose
+    mounts it (the API key's: the path bench --image uses too), on the server and its check; unset: the variables
+    empty (no key: the entrypoint warns), /dev/null unread."""
     unset = resolved(compose, tmp_path)
-    assert unset["services"][SERVICE]["environment"]["API_KEY_FILE"] == ""
-    assert unset["secrets"]["api_key"]["file"] == "/dev/null"
-    key = tmp_path / "api-key"
-    key.write_text("a-key-of-the-test-0123456789\n")
-    config = resolved(compose, tmp_path, {"API_KEY_SECRET": str(key)})
-    service = config["services"][SERVICE]
-    (secret,) = service["secrets"]
-    assert secret["source"] == "api_key" and config["secrets"]["api_key"]["file"] == str(key)
-    assert service["environment"]["API_KEY_FILE"] == secret["target"] == docker_runner.KEY_MOUNT
-    assert "a-key-of-the-test" not in json.dumps(config)
+    for variable, (_, secret_name) in KEY_FILES.items():
+        assert unset["services"][SERVICE]["environment"][variable] == ""
+        assert unset["secrets"][secret_name]["file"] == "/dev/null"
+    values, contents = {}, {}
+    for variable, (setting, _) in KEY_FILES.items():
+        key = tmp_path / setting.lower()
+        contents[variable] = f"{setting.lower()}-of-the-test-0123456789"
+        key.write_text(contents[variable] + "\n")
+        values[setting] = str(key)
+    config = resolved(compose, tmp_path, values)
+    for name in (SERVICE, CHECK):
+        service = config["services"][name]
+        mounted = {s["source"]: s["target"] for s in service["secrets"]}
+        assert sorted(mounted) == sorted(secret for _, secret in KEY_FILES.values())
+        for variable, (setting, secret_name) in KEY_FILES.items():
+            assert config["secrets"][secret_name]["file"] == values[setting]
+            assert service["environment"][variable] == mounted[secret_name]
+    assert config["services"][SERVICE]["environment"][key_file.VARIABLE] == docker_runner.KEY_MOUNT
+    assert len(set(mounted.values())) == len(mounted), "two secrets, two paths"
+    assert not any(text in json.dumps(config) for text in contents.values()), "a key in the configuration"
+
+
+@pytest.mark.parametrize("variable", sorted(KEY_FILES))
+@pytest.mark.parametrize("where", ["env-file", "shell"])
+def test_a_key_file_variable_set_in_env_reaches_the_container(compose, tmp_path, variable, where):
+    """The known bug: API_KEY_FILE set in .env was dropped, and the server started without a key. Now a key file
+    variable set in .env (or the shell) reaches the server and its check as it is, over the secret's path."""
+    setting, _ = KEY_FILES[variable]
+    path = "/models/keys/key-file"  # a path in the container (here: under the models mount)
+    secret = tmp_path / "secret-key"
+    secret.write_text("a-secret-of-the-test-0123456789\n")
+    values = {setting: str(secret)}
+    if where == "env-file":
+        config = resolved(compose, tmp_path, {**values, variable: path})
+    else:
+        config = resolved(compose, tmp_path, values, **{variable: path})
+    for name in (SERVICE, CHECK):
+        assert config["services"][name]["environment"][variable] == path
+    # Without the secret too.
+    alone = resolved(compose, tmp_path, {variable: path})
+    assert alone["services"][SERVICE]["environment"][variable] == path
+
+
+@pytest.mark.parametrize("variable", sorted(KEY_FILES))
+def test_a_key_file_the_container_lacks_stops_the_check(compose, tmp_path, variable):
+    """A host path in API_KEY_FILE (the likely mistake) is not in the container: the check service's entrypoint, with
+    the environment Compose gives it, exits 2 naming the variable, so `up` never starts the server without the key.
+    Run here with the stand-in SGLang (the image's own check is the same code: tests/compose/test_compose_stack.py
+    runs the image)."""
+    host_path = "/etc/sglang/sm120-test-no-such-key"
+    check = resolved(compose, tmp_path, {variable: host_path})["services"][CHECK]
+    assert check["environment"][variable] == host_path
+    run = eh.standin_run(tmp_path)
+    keys = {k: v for k, v in check["environment"].items() if k in KEY_FILES and v}
+    proc = eh.run_entrypoint(check["command"], {**run["env"], **keys})
+    assert proc.returncode == 2, proc.stderr
+    # (The path is not shown: a value that names no file may be the key itself, pasted where its path goes.)
+    assert proc.stderr.startswith(f"entrypoint: error: {variable} ") and "Traceback" not in proc.stderr
 
 
 def test_the_example_sets_every_variable_compose_yaml_reads():

@@ -23,9 +23,9 @@ from datetime import datetime
 import pytest
 import requests
 
-from sm120 import config as cfg
-from sm120 import plan as planmod
 from sm120.image.entrypoint import key_file
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
 from sm120.verify import startup
 from tests.compose.conftest import CHECK, COMPOSE_FILE, NO_GPU, ROOT, SERVICE, STACK_FILES, run_compose
 

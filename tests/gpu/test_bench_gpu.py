@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import config as cfg
-from sm120 import plan as planmod
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
 from tests.helpers import run_build_py
 
 pytestmark = pytest.mark.gpu

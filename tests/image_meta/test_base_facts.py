@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from sm120 import base_facts
-from sm120 import config as cfg
+from sm120.build import base_facts
+from sm120.plan import config as cfg
 from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.image, pytest.mark.docker]

@@ -11,9 +11,9 @@ import tarfile
 import pytest
 from packaging.version import Version
 
-from sm120 import config as cfg
-from sm120 import image_plan
 from sm120.image.entrypoint.spec import PLAN_JSON_PATH
+from sm120.plan import config as cfg
+from sm120.plan import image_plan
 from tests.helpers import run_build_py
 
 pytestmark = [pytest.mark.image, pytest.mark.docker]

@@ -1,5 +1,5 @@
 """T2: `build.py sbom` on the image named by SM120_IMAGE: every package (Debian's and the venv's, at the labelled
-versions), no file list, small enough for an attestation (sm120/sbom.py), and no container left behind.
+versions), no file list, small enough for an attestation (sm120/build/sbom.py), and no container left behind.
 
     SM120_IMAGE=sglang-sm120:0.5.23-cu13.0.1-offline pytest -m image tests/image_meta/test_sbom_image.py
 """
@@ -13,7 +13,8 @@ import pytest
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from sm120 import labels, sbom
+from sm120.build import sbom
+from sm120.plan import labels
 from tests.helpers import run_build_py
 from tests.image_meta.derive import IMAGE, needs_image
 

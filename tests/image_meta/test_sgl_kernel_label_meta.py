@@ -18,10 +18,10 @@ import tarfile
 import pytest
 from packaging.version import Version
 
-from sm120 import config as cfg
-from sm120 import labels
-from sm120 import plan as planmod
-from sm120 import resources as res
+from sm120.plan import config as cfg
+from sm120.plan import labels
+from sm120.plan import resolve as planmod
+from sm120.plan import resources as res
 from tests.helpers import run_build_py
 from tests.image_meta.derive import IMAGE, Files, needs_image
 

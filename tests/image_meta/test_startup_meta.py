@@ -29,9 +29,10 @@ import pytest
 import requests
 from packaging.version import Version
 
-from sm120 import config as cfg
-from sm120 import labels, pypi
-from sm120 import plan as planmod
+from sm120.patches import pypi
+from sm120.plan import config as cfg
+from sm120.plan import labels
+from sm120.plan import resolve as planmod
 from sm120.verify import docker_env
 from tests.helpers import run_build_py
 from tests.image_meta.derive import needs_image

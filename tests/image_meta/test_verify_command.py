@@ -7,6 +7,7 @@ removed), stops and cleans up on Ctrl-C, and refuses bad input with exit 2.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -18,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import config as cfg
-from sm120 import labels, patching, pypi
+from sm120.patches import patching, pypi
+from sm120.plan import config as cfg
+from sm120.plan import labels
 from sm120.verify import docker_env, report
 from tests.helpers import ROOT, run_build_py
 from tests.image_meta.derive import IMAGE, needs_image
@@ -105,8 +107,35 @@ def test_verify_fails_when_a_patch_is_not_in_force(dc, derived):
     assert not leftover(dc)
 
 
+def _children(pid: int) -> list[int]:
+    """The child processes of `pid` (pytest, for verify: in a process group of its own, not in verify's)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+STOPS = [
+    ("ctrl-c", "group", signal.SIGINT, 130, "interrupted"),
+    ("sigterm", "verify", signal.SIGTERM, 143, "terminated (SIGTERM)"),
+]
+
+
 @needs_image
-def test_ctrl_c_stops_the_run_and_removes_its_containers(dc):
+@pytest.mark.parametrize(("to", "signum", "code", "says"), [c[1:] for c in STOPS], ids=[c[0] for c in STOPS])
+def test_ctrl_c_stops_the_run_and_removes_its_containers(dc, to, signum, code, says):
+    """The signal comes once the suite's first container runs (an event the engine reports; any phase must do):
+    Ctrl-C to the whole foreground group, SIGTERM (a CI runner cancelling) to verify alone. verify ends within
+    seconds (its grace for pytest's teardown is runner.GRACE_S), leaving no container and no pytest behind."""
+    before = {c["Id"] for c in docker_env.run_containers(dc)}  # another run's: not this one's event
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "build.py"), "verify", "--image", IMAGE],
         cwd=ROOT,
@@ -115,21 +144,32 @@ def test_ctrl_c_stops_the_run_and_removes_its_containers(dc):
         text=True,
         start_new_session=True,  # its own process group, like a terminal's foreground job
     )
+    children: list[int] = []
     try:
-        deadline = time.monotonic() + 120
-        while not leftover(dc) and time.monotonic() < deadline and proc.poll() is None:
+        deadline = time.monotonic() + 300
+        ours: list[dict] = []
+        while not ours and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        assert leftover(dc), "verify started no container"
-        time.sleep(1)
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
-        _out, err = proc.communicate(timeout=120)
+            ours = [c for c in docker_env.run_containers(dc) if c["Id"] not in before and c.get("State") == "running"]
+        assert ours, f"verify started no container (exit {proc.poll()})"
+        children = _children(proc.pid)
+        if to == "group":
+            os.killpg(proc.pid, signum)  # what Ctrl-C does: the whole foreground group
+        else:
+            proc.send_signal(signum)
+        _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 130, err[-1500:]
-    assert err.strip().splitlines()[-1] == "build.py verify: interrupted"
-    assert not leftover(dc), f"left running after Ctrl-C: {leftover(dc)}"
+        for child in children:  # pytest's own group, when verify did not end it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child, signal.SIGKILL)
+    assert proc.returncode == code, err[-1500:]
+    assert err.strip().splitlines()[-1] == f"build.py verify: {says}"
+    left = [c for c in docker_env.run_containers(dc) if c["Id"] not in before]
+    assert not left, f"left after the signal: {[c.get('Names') for c in left]}"
+    assert not [c for c in children if _running(c)], "pytest outlived verify"
 
 
 def test_no_such_image_is_exit_2_in_one_line(dc):

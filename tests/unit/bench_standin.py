@@ -11,8 +11,11 @@ Timing: the first token arrives `ttft` seconds after the request; then `burst` t
 `burst / tok_s` seconds (speculative decoding's verify steps), so decode runs at `tok_s` tokens/s. Deadlines
 are absolute from the moment the first chunk was sent (no drift, no catching up). Failure modes: die (close
 the connection mid-stream and stop listening) on the Nth /generate request, or answer it with SGLang's error
-chunk. With `api_key` (--api-key, as SGLang's) every route but /health*, /ready* and /metrics answers 401
-without `Authorization: Bearer KEY` (SGLang's srt/utils/auth.py).
+chunk. A gate for tests that act while a benchmark is provably mid-run: with `hold_on_request` N, the Nth
+/generate request waits before it is answered; `held` is set once it waits (the N-1 before it answered in full),
+`release()` lets it go (`stop()` releases it too, so a shutdown never waits on it). With `api_key` (--api-key,
+as SGLang's) every route but /health*, /ready* and /metrics answers 401 without `Authorization: Bearer KEY`
+(SGLang's srt/utils/auth.py).
 
 Run it by hand, like the image's entrypoint (PORT and HOST from the environment, or --port/--host):
     python3 tests/unit/bench_standin.py eagle3 --port 30001 --ttft 0.35 --tok-s 80 --burst 3
@@ -66,6 +69,10 @@ class Behaviour:
     # SGLang's --api-key (srt/utils/auth.py): every route but /health*, /ready* and /metrics wants
     # `Authorization: Bearer KEY`, else 401 {"error": "Unauthorized"}.
     api_key: str | None = field(default=None, repr=False)
+    # A gate: the Nth /generate request waits, before any answer, until StandIn.release() (or stop()), for at
+    # most `hold_for` s; StandIn.held is set when it starts to wait.
+    hold_on_request: int | None = None
+    hold_for: float = 120.0
 
 
 class _Server(ThreadingHTTPServer):
@@ -89,6 +96,8 @@ class StandIn:
         self.httpd = _Server((host, port), _handler(self))
         self.httpd.daemon_threads = True
         self.thread: threading.Thread | None = None
+        self.held = threading.Event()  # set when the request of Behaviour.hold_on_request waits at the gate
+        self.gate = threading.Event()  # set: the gate is open (release())
 
     @property
     def url(self) -> str:
@@ -100,7 +109,21 @@ class StandIn:
         self.thread.start()
         return self
 
+    def release(self) -> None:
+        """Open the gate: the held request is answered."""
+        self.gate.set()
+
+    def wait_held(self, timeout: float = 120.0) -> None:
+        """Wait until the request of Behaviour.hold_on_request waits at the gate; AssertionError if it does not
+        within `timeout` s (the client never got that far: it failed, or it ended before that request)."""
+        if not self.held.wait(timeout):
+            raise AssertionError(
+                f"/generate request {self.behaviour.hold_on_request} did not arrive within {timeout:g} s "
+                f"({self.requests} arrived)"
+            )
+
     def stop(self) -> None:
+        self.release()  # a request held at the gate must not outlive the server
         if not self.dead:
             self.dead = True
             self.httpd.shutdown()
@@ -233,6 +256,9 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
                 standin.requests += 1
                 number = standin.requests
                 standin.bodies.append(body)
+            if number == b.hold_on_request:
+                standin.held.set()
+                standin.gate.wait(b.hold_for)
             if number == b.drip_headers_on_request:
                 self._drip()
                 return

@@ -16,12 +16,12 @@ from typing import ClassVar
 
 import pytest
 
-from sm120 import config as cfg
 from sm120.image.allreduce import __main__ as sweep_main
 from sm120.image.allreduce import cli, machine, report, sizes, worker
 from sm120.image.allreduce.report import Row
 from sm120.image.entrypoint import spec as entry_spec
 from sm120.image.entrypoint import tools
+from sm120.plan import config as cfg
 from tests.entrypoint_helpers import ROOT, clean_env, real_plan, run_entrypoint, stderr_lines, synthetic_plan
 
 KiB, MiB = 1024, 1024 * 1024

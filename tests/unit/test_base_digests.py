@@ -1,4 +1,4 @@
-"""The release bases built by digest (sm120/digests.py: `build.py build --base-image-digest` and
+"""The release bases built by digest (sm120/build/digests.py: `build.py build --base-image-digest` and
 `--runtime-base-image-digest`, build.toml's `base_image_digest`): the build args name `name@digest`, the labels
 record both bases, and bad input exits 2 in one line."""
 
@@ -9,11 +9,11 @@ import shlex
 
 import pytest
 
-from sm120 import config as cfg
-from sm120 import digests
-from sm120 import plan as planmod
-from sm120 import resources as res
+from sm120.build import digests
 from sm120.errors import UsageError
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
+from sm120.plan import resources as res
 from tests.helpers import run_build_py, write_config
 
 DEVEL = "sha256:" + "a" * 64

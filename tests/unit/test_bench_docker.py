@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from sm120 import config as cfg
-from sm120 import plan as planmod
 from sm120.bench import client, docker_runner, prompts, runner
 from sm120.bench.results import Label, Results
 from sm120.errors import CheckFailed
 from sm120.image.entrypoint import key_file
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
 from tests.helpers import docker_or_skip
 
 pytestmark = pytest.mark.docker

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import config as cfg
-from sm120 import plan as planmod
 from sm120.bench import client, prompts
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
 from tests.helpers import free_port, run_build_py, run_cli
 
 PORT = planmod.resolve(cfg.load()).image.port

@@ -15,9 +15,9 @@ import pytest
 
 import docker
 from sm120 import cli
-from sm120 import config as cfg
-from sm120 import plan as planmod
 from sm120.bench import docker_runner, grid
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
 from tests.unit.bench_standin import Behaviour, StandIn
 
 PLAN = planmod.resolve(cfg.load())

@@ -111,33 +111,33 @@ def _bench_process(url: str, out: Path, label: str, runs: int = 5) -> subprocess
     )
 
 
-def _wait_for_runs(out: Path, label: str, proc: subprocess.Popen, count: int = 1) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            runs = json.loads((out / "bench.json").read_text())["labels"][label]["runs"]
-        except (OSError, ValueError, KeyError):
-            runs = []
-        if len(runs) >= count:
-            return
+def _wait_held(s, proc: subprocess.Popen) -> None:
+    """Wait (an event, not a clock) until bench's request held by the stand-in's gate has arrived: every run before
+    it is saved, and the run it is stays unfinished until the gate opens. Fails clearly when bench ended first."""
+    give_up = time.monotonic() + 120
+    while not s.held.wait(0.2):
         if proc.poll() is not None:
-            pytest.fail(f"bench ended early: {proc.communicate()}")
-        time.sleep(0.05)
-    pytest.fail("no run was saved in time")
+            pytest.fail(f"bench ended before request {s.behaviour.hold_on_request}: {proc.communicate()}")
+        if time.monotonic() > give_up:
+            s.wait_held(0)  # fails, saying how many requests arrived
 
 
 def test_a_second_bench_on_the_same_out_is_refused_and_the_first_loses_nothing(standin, tmp_path, capsys):
-    slow = standin(ttft=0.02, tok_s=20.0, burst=1, spec=False)
+    # The first bench's run 2 waits at the stand-in's gate while the second one tries: the first is provably
+    # running (holding the lock), however slow the machine; then the gate opens and it finishes its 5 runs.
+    slow = standin(ttft=0.02, tok_s=20.0, burst=1, spec=False, hold_on_request=2)
     first = _bench_process(slow.url, tmp_path, "baseline")
     same = ["--runs", "2", "--warmup", "0", "--max-tokens", "8"]  # the first one's settings: comparable labels
     try:
-        _wait_for_runs(tmp_path, "baseline", first)
+        _wait_held(slow, first)
         rc, _, err = run_cli(
             capsys, "bench", "--endpoint", slow.url, "--label", "eagle3", *same, "--out", str(tmp_path)
         )
         last = last_line(rc, err, 2)
         assert f"--out {tmp_path}: another build.py bench (pid {first.pid}) is writing bench.json there" in last
-        _, first_err = first.communicate(timeout=60)
+        assert slow.requests == 2  # the second bench sent no /generate request
+        slow.release()
+        _, first_err = first.communicate(timeout=120)
     finally:
         first.kill()
     assert first.returncode == 0, first_err
@@ -161,20 +161,21 @@ SIGNALS = [("sigterm", signal.SIGTERM, 143, "terminated (SIGTERM)"), ("sigint", 
 
 @pytest.mark.parametrize(("signum", "code", "says"), [c[1:] for c in SIGNALS], ids=[c[0] for c in SIGNALS])
 def test_sigterm_keeps_the_runs_like_ctrl_c(standin, tmp_path, signum, code, says):
-    s = standin(ttft=0.02, tok_s=20.0, burst=1, spec=False)
+    # The signal comes while run 2's request waits at the stand-in's gate: exactly run 1 is finished, on any machine.
+    s = standin(ttft=0.02, tok_s=20.0, burst=1, spec=False, hold_on_request=2)
     proc = _bench_process(s.url, tmp_path, "baseline")
     try:
-        _wait_for_runs(tmp_path, "baseline", proc)
+        _wait_held(s, proc)
         proc.send_signal(signum)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert says in last_line(proc.returncode, err, code)
     data = json.loads((tmp_path / "bench.json").read_text())
     label = data["labels"]["baseline"]
-    done = len(label["runs"])
-    assert label["status"] == "interrupted" and 1 <= done < 5
-    assert f"| baseline | {done} of 5 (interrupted) |" in (tmp_path / "bench.md").read_text()
+    assert label["status"] == "interrupted" and len(label["runs"]) == 1
+    assert "| baseline | 1 of 5 (interrupted) |" in (tmp_path / "bench.md").read_text()
+    assert s.requests == 2
 
 
 # --------------------------------------------------------------------------------------------------

@@ -7,9 +7,9 @@ import shlex
 import shutil
 from pathlib import Path
 
-from sm120 import bases
-from sm120 import config as cfg
+from sm120.build import bases
 from sm120.image.patch_engine import read_series
+from sm120.plan import config as cfg
 from tests.helpers import ROOT, run_build_py, write_config
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import buildx
+from sm120.build import buildx
 from sm120.errors import CheckFailed
 
 PLAIN_FAILURE = """\

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import bases, buildx, pypi
+from sm120.arguments import MAX_DIGITS
+from sm120.build import bases, buildx
 from sm120.errors import UsageError
-from sm120.preset_check import check_mode_args
+from sm120.patches import pypi
+from sm120.plan.config import check_mode_args
 from tests.helpers import ROOT, run_build_py, run_cli, unshare_or_skip, write_config
 from tests.unit.test_patches_cli import FAKE_RELEASES, diff, edited, make_tree
 from tests.unit.test_patches_cli import write_config as write_patch_config
@@ -94,11 +96,23 @@ OPTION_NUMBERS: list[tuple[str, list[str], list[str]]] = [
     ("cpus-zero", ["plan", "--cpus", "0"], ["--cpus", "positive integer", "'0'"]),
     ("cpus-negative", ["plan", "--cpus", "-4"], ["--cpus", "positive integer", "'-4'"]),
     ("max-jobs-zero", ["plan", "--max-jobs", "0"], ["--max-jobs", "positive integer", "'0'"]),
-    ("cpus-5000-digits", ["plan", "--cpus", BIG], ["--cpus", "at most 18 digits", "'10000000"]),
-    ("max-jobs-5000-digits", ["plan", "--max-jobs", BIG], ["--max-jobs", "at most 18 digits"]),
-    ("bench-runs", ["bench", "--endpoint", "h", "--label", "x", "--runs", BIG], ["--runs", "at most 18 digits"]),
-    ("bench-warmup", ["bench", "--endpoint", "h", "--label", "x", "--warmup", BIG], ["--warmup", "18 digits"]),
-    ("bench-seed", ["bench", "--endpoint", "h", "--label", "x", "--seed", "-" + BIG], ["--seed", "18 digits"]),
+    ("cpus-5000-digits", ["plan", "--cpus", BIG], ["--cpus", f"at most {MAX_DIGITS} digits", "'10000000"]),
+    ("max-jobs-5000-digits", ["plan", "--max-jobs", BIG], ["--max-jobs", f"at most {MAX_DIGITS} digits"]),
+    (
+        "bench-runs",
+        ["bench", "--endpoint", "h", "--label", "x", "--runs", BIG],
+        ["--runs", f"at most {MAX_DIGITS} digits"],
+    ),
+    (
+        "bench-warmup",
+        ["bench", "--endpoint", "h", "--label", "x", "--warmup", BIG],
+        ["--warmup", f"{MAX_DIGITS} digits"],
+    ),
+    (
+        "bench-seed",
+        ["bench", "--endpoint", "h", "--label", "x", "--seed", "-" + BIG],
+        ["--seed", f"{MAX_DIGITS} digits"],
+    ),
     ("bench-timeout", ["bench", "--endpoint", "h", "--label", "x", "--timeout", "1e-400"], ["read as 0"]),
 ]
 
@@ -110,7 +124,7 @@ def test_option_numbers_past_the_limits(capsys, argv, expected):
 
 
 def test_a_plan_for_a_huge_machine_is_capped_not_overflowed(capsys):
-    rc, out, err = run_cli(capsys, "plan", "--memory-gib", "1048576", "--cpus", "999999999999")
+    rc, out, err = run_cli(capsys, "plan", "--memory-gib", "1048576", "--cpus", "9" * MAX_DIGITS)
     assert rc == 0, err
     assert "max_jobs" in out
 
@@ -262,7 +276,7 @@ GPUS = [
 @pytest.fixture
 def no_docker(monkeypatch):
     """verify and bench --image must refuse --gpus before the engine is asked (or the suite starts)."""
-    from sm120.commands import bench
+    from sm120.bench import cmd_bench as bench
     from sm120.verify import runner
 
     why = "Docker was asked before --gpus was checked"
@@ -296,7 +310,7 @@ def test_good_gpus_reach_the_suite_normalised(monkeypatch, capsys, gpus, passed)
 
 
 def test_image_ids_are_references_too():
-    from sm120 import image_ref
+    from sm120.build import image_ref
 
     for value in ("a990a87c6a43", "sha256:" + "a" * 64, "a" * 64, "ghcr.io/o/x@sha256:" + "b" * 64):
         assert image_ref.check_reference(value, "--image", allow_id=True) == value
@@ -546,3 +560,29 @@ def test_check_mode_args_takes_a_modes_args_and_its_tracks_rules():
         check_mode_args("build.toml", "eagle3", [], rules, rules_key="tracks.x.runtime")
     with pytest.raises(UsageError, match=r"build.toml: tracks\.x\.modes\.eagle3\.args: .*--speculative-draft"):
         check_mode_args("build.toml", "eagle3", ["--speculative-draft", "x"], mode_key="tracks.x.modes.eagle3")
+
+
+def test_version_prints_the_projects_version_in_one_line():
+    """`build.py --version`: pyproject.toml's version."""
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    proc = run_build_py("--version")
+    assert proc.returncode == 0 and proc.stdout == f"build.py {version}\n" and not proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "wrong", "meant"),
+    [
+        (["bench", "--endpont", "http://127.0.0.1:1", "--label", "x"], "--endpont", "--endpoint"),  # a required one
+        (["bench", "--endpoint", "http://127.0.0.1:1", "--label", "x", "--runz", "3"], "--runz", "--runs"),
+        (["plan", "--profle", "offline"], "--profle", "--profile"),
+        (["deploy", "kubernetes", "--nodez", "2"], "--nodez", "--nodes"),
+    ],
+    ids=["bench-endpont", "bench-runz", "plan-profle", "deploy-nodez"],
+)
+def test_a_misspelled_option_names_the_one_it_resembles(capsys, argv, wrong, meant):
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == 2 and not out, err
+    (line,) = err.strip().splitlines()
+    assert f"unrecognized arguments: {wrong}" in line and f"perhaps you meant '{meant}'" in line, line

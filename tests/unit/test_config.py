@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import config as cfg
 from sm120.errors import UsageError
+from sm120.plan import config as cfg
 from tests.helpers import write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,11 +112,13 @@ def test_track_names_unknown_patch(tmp_path):
     assert "no-such-patch" in message and "[patches.no-such-patch]" in message
 
 
-def test_default_profile_must_exist(tmp_path):
-    message = one_line_error(
-        write_config(tmp_path, edit=lambda s: s.replace('profile = "release"', 'profile = "prod"'))
-    )
-    assert "defaults.profile" in message and "release" in message
+@pytest.mark.parametrize(
+    ("key", "line"),
+    [("defaults.profile", '\nprofile = "offline"'), ("project.published_profile", '\npublished_profile = "release"')],
+)
+def test_default_and_published_profiles_must_exist(tmp_path, key, line):
+    message = one_line_error(write_config(tmp_path, edit=lambda s: s.replace(line, line.split('"')[0] + '"prod"')))
+    assert f"{key} = 'prod'" in message and "offline, release" in message
 
 
 def test_bad_version_range(tmp_path):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from sm120 import config as cfg
 from sm120.errors import UsageError
+from sm120.plan import config as cfg
 from tests.helpers import ROOT, run_build_py, run_cli, write_config
 
 PATCHES_059 = (
@@ -162,9 +162,15 @@ CASES: list[tuple[str, str, str, list[str]]] = [
     ),
     (
         "default-profile-typo",
-        'profile = "release"',
-        'profile = "relase"',
-        ["defaults.profile = 'relase'", "perhaps you meant 'release'"],
+        '\nprofile = "offline"',
+        '\nprofile = "ofline"',
+        ["defaults.profile = 'ofline'", "perhaps you meant 'offline'"],
+    ),
+    (
+        "published-profile-typo",
+        'published_profile = "release"',
+        'published_profile = "relase"',
+        ["project.published_profile = 'relase'", "perhaps you meant 'release'"],
     ),
     (
         "default-track-typo",

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import build_args
-from sm120 import config as cfg
-from sm120 import plan as planmod
-from sm120 import resources as res
 from sm120.image.entrypoint.preflight import CACHE_VARIABLES
+from sm120.plan import build_args
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
+from sm120.plan import resources as res
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = (ROOT / "Dockerfile").read_text()

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import config as cfg
-from sm120 import plan as planmod
-from sm120 import resources as res
 from sm120.errors import UsageError
 from sm120.image.entrypoint import spec
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
+from sm120.plan import resources as res
 from tests.helpers import write_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,9 +23,18 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+def _complete_json(path: Path) -> bool:
+    """The stand-in server writes its record with write_text (open, then write): it exists empty for a moment."""
+    try:
+        json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60, ready=Path.exists) -> None:
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not ready(path):
         if proc.poll() is not None:
             _, err = proc.communicate()
             pytest.fail(f"exited with {proc.returncode} before {path.name} appeared:\n{err}")
@@ -67,7 +76,7 @@ def test_sigterm_reaches_sglang_and_tini_exits_with_its_status(env, tmp_path, st
     proc = under_tini(["baseline"], {**env, "FAKE_SGLANG_TERM_STATUS": str(status)})
     try:
         record_path = tmp_path / "server.json"
-        wait_for(record_path, proc)
+        wait_for(record_path, proc, ready=_complete_json)  # written after its SIGTERM handler is in place
         record = json.loads(record_path.read_text())
         # The entrypoint exec'd: the server is tini's own child, no Python process in between.
         assert record["ppid"] == proc.pid

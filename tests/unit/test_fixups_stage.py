@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import config as cfg
-from sm120 import plan as planmod
-from sm120 import resources as res
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
+from sm120.plan import resources as res
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "docker" / "stages" / "fixups.sh"

@@ -1,12 +1,14 @@
-"""T0: the Kubernetes manifests (deploy/kubernetes, `build.py deploy kubernetes`) for 2 and 3 nodes, both modes.
+"""T0: the Kubernetes manifests (deploy/kubernetes, `build.py deploy kubernetes`) for 2 and 3 nodes (a
+LeaderWorkerSet) and for 1 (a StatefulSet, no LWS), both modes.
 
 Rendered with kubectl's own kustomize (what `kubectl apply -k` sends), each resource is checked against
 Kubernetes' schemas (kubernetes-validate, strict: unknown fields refused) and the LeaderWorkerSet against LWS's
 (deploy/kubernetes/schema, written from lws v0.10.0, its pod templates against Kubernetes' own); every pod's
 environment, made the way LWS and the kubelet make it, is given to the entrypoint's --dry-run, whose command must
-name the node count, the pod's rank and the leader's DNS name. With --api-key-secret the leader's Secret file,
-written as the kubelet writes it, reaches the entrypoint, which shows the key masked. No cluster: what only a
-cluster proves is T4.
+name the node count, the pod's rank and the leader's DNS name. With --api-key-secret and --admin-api-key-secret the
+leader's Secret files, written as the kubelet writes them, reach the entrypoint, which shows the keys masked. The
+requests, the /dev/shm limit, the node selector and tolerations, the NetworkPolicy and the probes (the plan's) are
+checked as rendered. No cluster: what only a cluster proves is T4.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ import kubernetes_validate
 import pytest
 from referencing import Registry, Resource
 
-from sm120 import config as cfg
-from sm120 import kubernetes
-from sm120 import plan as planmod
-from sm120.commands.build import tags_for
+from sm120.build.image_ref import tags_for
+from sm120.deploy import kubernetes
 from sm120.image.entrypoint import key_file
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
 from sm120.verify import startup
 from tests.entrypoint_helpers import fake_sglang, real_plan, run_entrypoint
 from tests.helpers import ROOT, run_build_py
@@ -43,6 +45,7 @@ from tests.kubernetes_pods import (
     pod_env,
     render,
     template,
+    workload,
 )
 
 CONFIG = cfg.load()
@@ -57,6 +60,7 @@ LWS_SCHEMA = ROOT / "deploy" / "kubernetes" / "schema" / "leaderworkerset-v1.sch
 # CRD embeds its pod templates from (k8s.io/api v0.36.3 in its go.mod).
 KUBERNETES = ["1.26", "1.36"]
 LWS_EMBEDS = "1.36"
+HTTP_PORT = kubernetes.HTTP_PORT_NAME
 
 
 def options(nodes: int, mode: str, *extra: str) -> list[str]:
@@ -116,7 +120,7 @@ RENDERINGS = pytest.mark.parametrize("rendering", ["rendered", "rendered_with_ke
 @pytest.mark.parametrize(("nodes", "mode"), CASES)
 def test_every_resource_validates_against_kubernetes_schemas(request, rendering, nodes, mode, version):
     docs = request.getfixturevalue(rendering)[nodes, mode]
-    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "LeaderWorkerSet", "Service"]
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "LeaderWorkerSet", "NetworkPolicy", "Service"]
     for doc in core_documents(docs):
         kubernetes_validate.validate(doc, version, strict=True)
 
@@ -167,16 +171,6 @@ def test_kubernetes_validate_refuses_an_unknown_container_field(rendered):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def healthcheck() -> tuple[str, int]:
-    """The image's HEALTHCHECK: the path it asks for and its start period in seconds (Dockerfile)."""
-    text = (ROOT / "Dockerfile").read_text()
-    check = text[text.index("\nHEALTHCHECK ") :].split("\nENTRYPOINT", 1)[0]
-    path = re.search(r"http://127\.0\.0\.1:%s(/[\w/]*)'", check)
-    period = re.search(r"--start-period=(\d+)m\b", check)
-    assert path and period, f"cannot read the HEALTHCHECK: {check}"
-    return path.group(1), int(period.group(1)) * 60
-
-
 @pytest.mark.parametrize(("nodes", "mode"), CASES)
 def test_the_image_its_entrypoint_and_the_mode(rendered, nodes, mode):
     lws = one(rendered[nodes, mode], "LeaderWorkerSet")
@@ -205,7 +199,8 @@ def test_group_gpus_volumes_and_the_plans_values(rendered, nodes, mode):
         assert c["resources"]["limits"]["nvidia.com/gpu"] == GPUS
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
         shm = next(n for n, v in volumes.items() if mount_path(pod, n) == "/dev/shm")
-        assert volumes[shm]["emptyDir"] == {"medium": "Memory"}
+        assert volumes[shm]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+        assert c["resources"]["requests"] == {"cpu": str(GPUS + 2), "memory": f"{8 * GPUS}Gi"}
         assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
         models_mount = next(m for m in c["volumeMounts"] if m["name"] == "models")
         assert models_mount["readOnly"] is True
@@ -224,16 +219,19 @@ def test_probes_on_the_leader_only_with_the_images_path_and_port(rendered, nodes
     docs = rendered[nodes, mode]
     lws = one(docs, "LeaderWorkerSet")
     leader, worker = container(template(lws, 0)), container(template(lws, 1))
-    path, start_period = healthcheck()
+    probe = PLAN.probe  # the image's HEALTHCHECK asks the same (tests/unit/test_probes.py)
     ports = {p["name"]: p["containerPort"] for p in leader["ports"]}
-    for probe in ("startupProbe", "readinessProbe"):
-        get = leader[probe]["httpGet"]
-        assert get["path"] == path
+    for name in ("startupProbe", "readinessProbe"):
+        get = leader[name]["httpGet"]
+        assert get["path"] == probe.route
         assert ports[get["port"]] == PLAN.image.port
-        assert probe not in worker
+        assert (leader[name]["timeoutSeconds"], leader[name]["periodSeconds"]) == (probe.timeout_s, probe.interval_s)
+        assert leader[name]["timeoutSeconds"] > probe.sglang_timeout_s, "gives up before SGLang's /health answers"
+        assert name not in worker
     startup_probe = leader["startupProbe"]
     # At least the time the image's own HEALTHCHECK allows for the model load.
-    assert startup_probe["periodSeconds"] * startup_probe["failureThreshold"] >= start_period
+    assert startup_probe["periodSeconds"] * startup_probe["failureThreshold"] >= probe.start_period_s
+    assert leader["readinessProbe"]["failureThreshold"] == probe.retries
     assert "livenessProbe" not in leader and "ports" not in worker
     # Otherwise the two pods are the same.
     trimmed = {k: v for k, v in leader.items() if k not in ("startupProbe", "readinessProbe", "ports")}
@@ -271,12 +269,24 @@ def image_like(tmp_path_factory) -> dict[str, Any]:
     what the image and its mounts give the entrypoint."""
     tmp = tmp_path_factory.mktemp("image-like")
     (tmp / "cache").mkdir()
+    site = fake_sglang(tmp / "site", version=PLAN.sglang_version, kimi_hooks=True)
+    with_admin_option(site)
     return {
         "volume": models_volume(tmp / "models-volume"),
         "SM120_PLAN": str(real_plan(tmp / "plan.json", PLAN.sglang_version)),
-        "PYTHONPATH": str(fake_sglang(tmp / "site", version=PLAN.sglang_version, kimi_hooks=True)),
+        "PYTHONPATH": str(site),
         "SM120_CACHE_DIR": str(tmp / "cache"),
     }
+
+
+def with_admin_option(site: Path) -> None:
+    """The stand-in SGLang's parser with --admin-api-key, as 0.5.9's and 0.5.23's have it (the same addition as
+    tests/unit/test_entrypoint_admin_key.py's; tests/upstream/test_entrypoint_parser.py reads the real ones)."""
+    path = site / "sglang" / "srt" / "server_args.py"
+    anchor = '        parser.add_argument("--tokenizer-worker-num", type=int, default=1)\n'
+    text = path.read_text()
+    assert anchor in text
+    path.write_text(text.replace(anchor, anchor + '        parser.add_argument("--admin-api-key")\n'))
 
 
 def image_env(docs: list[dict[str, Any]], index: int, image_like: dict[str, Any], **secrets: Any) -> dict[str, str]:
@@ -493,12 +503,368 @@ def test_the_api_key_options_reach_the_header_and_the_output(tmp_path):
     # The Secret's own key by default: the one components/api-key names.
     docs = render(tmp_path / "default-key", *options(2, MODES[0], "--api-key-secret", SECRET))
     ((volume,), _, _) = key_parts(template(one(docs, "LeaderWorkerSet"), 0))
-    assert volume["secret"]["items"][0]["key"] == kubernetes.ApiKeyComponent.read().key
+    assert volume["secret"]["items"][0]["key"] == kubernetes.KeyComponent.read().key
 
 
-def test_the_api_key_component_is_not_a_mode():
-    assert kubernetes.API_KEY_COMPONENT not in kubernetes.modes_with_components()
-    assert (kubernetes.SOURCE / "components" / kubernetes.API_KEY_COMPONENT / "kustomization.yaml").is_file()
+def test_the_key_components_are_not_modes():
+    for name in kubernetes.KEY_COMPONENTS:
+        assert name not in kubernetes.modes_with_components()
+        assert (kubernetes.SOURCE / "components" / name / "kustomization.yaml").is_file()
+        # Each component mounts its Secret on the leader of both workloads, and sets the same variable in both.
+        read = [kubernetes.KeyComponent.read(name, w) for w in kubernetes.WORKLOADS]
+        assert len(set(read)) == 1, read
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The admin API key: a second Secret on the leader (--admin-api-key-secret; components/admin-api-key)
+# ---------------------------------------------------------------------------------------------------------------
+
+ADMIN_SECRET, ADMIN_SECRET_KEY = "sglang-admin", "admin"
+ADMIN_API_KEY = "k8s-admin-key-8e1d0c3b7a6f5e42"  # what the admin Secret holds in the tests
+KEY_VARIABLES = (key_file.VARIABLE, key_file.ADMIN_VARIABLE)
+# Both workloads: the LeaderWorkerSet (2 nodes) and the StatefulSet (1 node).
+WORKLOAD_CASES = [pytest.param(n, m, id=f"{n}nodes-{m}") for n in (1, 2) for m in MODES]
+
+
+def with_admin(*extra: str) -> list[str]:
+    return ["--admin-api-key-secret", ADMIN_SECRET, "--admin-api-key-secret-key", ADMIN_SECRET_KEY, *extra]
+
+
+@pytest.fixture(scope="module")
+def rendered_with_keys(tmp_path_factory) -> dict[tuple[int, str, str], list[dict[str, Any]]]:
+    """(nodes, mode, which keys) -> the manifests: "both" (API and admin key), "admin" (the admin key alone)."""
+    out = {}
+    for nodes in (1, 2):
+        for mode in MODES:
+            for which, extra in (("both", [*with_key(), *with_admin()]), ("admin", with_admin())):
+                directory = tmp_path_factory.mktemp(f"k8s-{which}-{nodes}-{mode}")
+                out[nodes, mode, which] = render(directory, *options(nodes, mode, *extra))
+    return out
+
+
+def validate_all(docs: list[dict[str, Any]], versions=tuple(KUBERNETES)) -> None:
+    """Every resource against Kubernetes' schemas (strict), a LeaderWorkerSet against LWS's too."""
+    lws = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
+    for doc in core_documents(docs) if lws else docs:
+        for version in versions:
+            kubernetes_validate.validate(doc, version, strict=True)
+    for doc in lws:
+        lws_validator().validate(doc)
+
+
+def secret_files(pod: dict[str, Any]) -> dict[str, tuple[dict, dict, dict]]:
+    """Each key variable of the pod's container -> (its Secret volume, the volume's mount, its env entry)."""
+    c = container(pod)
+    out = {}
+    for entry in c.get("env") or []:
+        if entry["name"] not in KEY_VARIABLES:
+            continue
+        (mount,) = [m for m in c["volumeMounts"] if entry["value"].startswith(m["mountPath"] + "/")]
+        (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
+        out[entry["name"]] = (volume, mount, entry)
+    return out
+
+
+@pytest.mark.parametrize(("nodes", "mode"), WORKLOAD_CASES)
+def test_both_keys_are_read_only_secret_files_on_the_leader_alone(rendered_with_keys, nodes, mode):
+    docs = rendered_with_keys[nodes, mode, "both"]
+    validate_all(docs)
+    lws = workload(docs)
+    leader = template(lws, 0)
+    files = secret_files(leader)
+    assert sorted(files) == sorted(KEY_VARIABLES)
+    wanted = {key_file.VARIABLE: (SECRET, SECRET_KEY), key_file.ADMIN_VARIABLE: (ADMIN_SECRET, ADMIN_SECRET_KEY)}
+    for variable, (volume, mount, entry) in files.items():
+        secret = volume["secret"]
+        (item,) = secret["items"]
+        assert (secret["secretName"], item["key"]) == wanted[variable]
+        assert not secret.get("optional") and mount["readOnly"] is True and "subPath" not in mount
+        assert entry["value"] == f"{mount['mountPath']}/{item['path']}"
+        mode_bits = item.get("mode", secret.get("defaultMode", 0o644))
+        assert mode_bits & 0o440 == 0o440 and mode_bits & 0o007 == 0, oct(mode_bits)
+    assert files[key_file.VARIABLE][1]["mountPath"] != files[key_file.ADMIN_VARIABLE][1]["mountPath"]
+    for index in range(1, nodes):
+        assert secret_files(template(lws, index)) == {}
+        assert not [v for v in template(lws, index)["spec"]["volumes"] if "secret" in v]
+
+
+@pytest.mark.parametrize(("nodes", "mode"), WORKLOAD_CASES)
+def test_the_leaders_dry_run_masks_both_keys(rendered_with_keys, image_like, tmp_path, nodes, mode):
+    docs = rendered_with_keys[nodes, mode, "both"]
+    secrets = {SECRET: {SECRET_KEY: API_KEY + "\n"}, ADMIN_SECRET: {ADMIN_SECRET_KEY: ADMIN_API_KEY + "\n"}}
+    lws = workload(docs)
+    for index in range(nodes):
+        env = image_env(docs, index, image_like, secrets=secrets, secrets_dir=tmp_path / f"both-{index}")
+        proc = run_entrypoint([*container(template(lws, index))["args"], "--dry-run"], env)
+        assert proc.returncode == 0, (index, proc.stderr)
+        assert API_KEY not in proc.stdout + proc.stderr and ADMIN_API_KEY not in proc.stdout + proc.stderr
+        _, argv = startup.split_command(shlex.split(proc.stdout.strip().splitlines()[-1]))
+        if index == 0:
+            assert argv[-4:] == [key_file.ADMIN_OPTION, key_file.MASK, key_file.OPTION, key_file.MASK], argv
+            assert key_file.read(env[key_file.ADMIN_VARIABLE]).value == ADMIN_API_KEY
+            assert "admin routes closed" not in proc.stderr
+        else:
+            assert key_file.ADMIN_OPTION not in argv and key_file.ADMIN_VARIABLE not in env
+
+
+@pytest.mark.parametrize(("nodes", "mode"), WORKLOAD_CASES)
+def test_the_admin_key_alone_opens_no_api_key(rendered_with_keys, image_like, tmp_path, nodes, mode):
+    """SGLang then serves its ordinary routes without a key (the leader warns) and its admin routes with this one."""
+    docs = rendered_with_keys[nodes, mode, "admin"]
+    validate_all(docs, versions=(LWS_EMBEDS,))
+    leader = template(workload(docs), 0)
+    assert sorted(secret_files(leader)) == [key_file.ADMIN_VARIABLE]
+    env = image_env(
+        docs, 0, image_like, secrets={ADMIN_SECRET: {ADMIN_SECRET_KEY: ADMIN_API_KEY}}, secrets_dir=tmp_path
+    )
+    proc = run_entrypoint([*container(leader)["args"], "--dry-run"], env)
+    assert proc.returncode == 0, proc.stderr
+    _, argv = startup.split_command(shlex.split(proc.stdout.strip().splitlines()[-1]))
+    assert argv[-2:] == [key_file.ADMIN_OPTION, key_file.MASK] and key_file.OPTION not in argv
+    assert NO_KEY_WARNING in proc.stderr
+
+
+@pytest.mark.parametrize(("nodes", "mode"), CASES)
+def test_an_api_key_alone_closes_the_admin_routes(rendered_with_key, image_like, tmp_path, nodes, mode):
+    """With --api-key-secret and no admin key, the entrypoint passes an admin key nobody knows (masked too)."""
+    docs = rendered_with_key[nodes, mode]
+    leader = template(workload(docs), 0)
+    env = image_env(docs, 0, image_like, secrets={SECRET: {SECRET_KEY: API_KEY}}, secrets_dir=tmp_path)
+    proc = run_entrypoint([*container(leader)["args"], "--dry-run"], env)
+    assert proc.returncode == 0, proc.stderr
+    _, argv = startup.split_command(shlex.split(proc.stdout.strip().splitlines()[-1]))
+    assert argv[-4:] == [key_file.ADMIN_OPTION, key_file.MASK, key_file.OPTION, key_file.MASK], argv
+    assert "admin routes closed" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Requests, /dev/shm, placement: each input reaches every pod template of both workloads
+# ---------------------------------------------------------------------------------------------------------------
+
+DEFAULT_REQUESTS = {"cpu": str(GPUS + 2), "memory": f"{8 * GPUS}Gi"}
+PLACEMENT = [
+    # (id, options, requests, /dev/shm sizeLimit, nodeSelector, tolerations)
+    ("defaults", [], DEFAULT_REQUESTS, "16Gi", None, None),
+    ("requests", ["--cpu-request", "24", "--memory-request", "200Gi"], {"cpu": "24", "memory": "200Gi"}, "16Gi",
+     None, None),
+    ("millicores", ["--cpu-request", "9500m"], {**DEFAULT_REQUESTS, "cpu": "9500m"}, "16Gi", None, None),
+    ("fraction", ["--cpu-request", "0.5", "--memory-request", "80G"], {"cpu": "0.5", "memory": "80G"}, "16Gi", None,
+     None),
+    ("shm", ["--shm-size", "32Gi"], DEFAULT_REQUESTS, "32Gi", None, None),
+    (
+        "selector",
+        ["--node-selector", "nvidia.com/gpu.product=NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+         "--node-selector", "pool=llm", "--node-selector", "spare="],
+        DEFAULT_REQUESTS,
+        "16Gi",
+        {"nvidia.com/gpu.product": "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "pool": "llm", "spare": ""},
+        None,
+    ),
+    (
+        "tolerations",
+        ["--toleration", "nvidia.com/gpu:NoSchedule", "--toleration", "dedicated=llm:NoExecute",
+         "--toleration", "spot", "--toleration", "team=ml"],
+        DEFAULT_REQUESTS,
+        "16Gi",
+        None,
+        [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoExecute"},
+            {"key": "spot", "operator": "Exists"},
+            {"key": "team", "operator": "Equal", "value": "ml"},
+        ],
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+@pytest.mark.parametrize(
+    ("extra", "wanted_requests", "shm", "selector", "tolerate"),
+    [pytest.param(*case[1:], id=case[0]) for case in PLACEMENT],
+)
+def test_requests_shm_and_placement_reach_every_pod(tmp_path, nodes, extra, wanted_requests, shm, selector, tolerate):
+    docs = render(tmp_path / "out", *options(nodes, MODES[0], *extra))
+    validate_all(docs, versions=(LWS_EMBEDS,))
+    lws = workload(docs)
+    for index in range(nodes):
+        pod = template(lws, index)
+        c = container(pod)
+        assert c["resources"]["requests"] == wanted_requests
+        assert c["resources"]["limits"] == {"nvidia.com/gpu": GPUS}, "no CPU or memory limit"
+        (volume,) = [v for v in pod["spec"]["volumes"] if mount_path(pod, v["name"]) == "/dev/shm"]
+        assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": shm}
+        assert pod["spec"].get("nodeSelector") == selector
+        assert pod["spec"].get("tolerations") == tolerate
+    # The header's command writes the same directory again, repeated options included.
+    header = (tmp_path / "out" / "kustomization.yaml").read_text().splitlines()[1]
+    again = run_build_py(*shlex.split(header.removeprefix("#   python3 build.py ")))
+    assert again.returncode == 0, again.stderr
+    assert kustomize(tmp_path / "out") == docs
+
+
+def test_default_requests_follow_the_gpus(tmp_path):
+    for gpus in (1, 4):
+        opts = ["--nodes", "1", "--gpus", str(gpus), "--mode", "baseline", "--model-path", MODELS["MODEL_PATH"]]
+        docs = render(tmp_path / f"gpus-{gpus}", *opts)
+        requested = container(template(workload(docs), 0))["resources"]["requests"]
+        assert requested == {"cpu": str(gpus + 2), "memory": f"{8 * gpus}Gi"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The NetworkPolicy: clients to the serving port only, the group's members to each other
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, selector
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
+def pod_labels(docs: list[dict[str, Any]], index: int) -> dict[str, str]:
+    """The labels a pod gets: its template's, and for a LeaderWorkerSet LWS's own (lws v0.10.0: the set's name and
+    the worker index on every pod)."""
+    lws = workload(docs)
+    labels = dict((template(lws, index).get("metadata") or {}).get("labels") or {})
+    if lws["kind"] == "LeaderWorkerSet":
+        labels |= {
+            "leaderworkerset.sigs.k8s.io/name": lws["metadata"]["name"],
+            "leaderworkerset.sigs.k8s.io/worker-index": str(index),
+        }
+    return labels
+
+
+def admitted_ports(docs: list[dict[str, Any]], index: int, rule: dict[str, Any]) -> set[int] | str:
+    """The ports of pod `index` a rule admits: the numbers its named ports resolve to there, or "all TCP"."""
+    ports = rule["ports"]
+    if ports == [{"protocol": "TCP"}]:
+        return "all TCP"
+    named = {p["name"]: p["containerPort"] for p in container(template(workload(docs), index)).get("ports") or []}
+    assert all(p["protocol"] == "TCP" for p in ports), ports
+    return {named[p["port"]] for p in ports if p["port"] in named}
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 3])
+def test_the_network_policy_admits_clients_to_the_port_and_the_group_to_each_other(rendered, tmp_path, nodes):
+    docs = rendered[nodes, MODES[0]] if nodes > 1 else render(tmp_path / "one", *options(1, MODES[0]))
+    policy = one(docs, "NetworkPolicy")
+    assert policy["metadata"]["namespace"] == NAMESPACE
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"], "egress stays open (downloads, DNS)"
+    # It selects every pod of the server.
+    assert all(selects(spec["podSelector"], pod_labels(docs, i)) for i in range(nodes))
+    clients = [r for r in spec["ingress"] if "from" not in r]
+    members = [r for r in spec["ingress"] if "from" in r]
+    # Clients, from anywhere: the plan's port on the leader, nothing on the workers (no port named http there).
+    (client_rule,) = clients
+    assert admitted_ports(docs, 0, client_rule) == {PLAN.image.port}
+    assert all(admitted_ports(docs, i, client_rule) == set() for i in range(1, nodes))
+    # The group's members: every TCP port of each other (NCCL's and gloo's ports are ephemeral); none on one node.
+    if nodes == 1:
+        assert members == []
+    else:
+        (member_rule,) = members
+        (peer,) = member_rule["from"]
+        assert set(peer) == {"podSelector"}, "the group's own pods, in this namespace only"
+        assert all(selects(peer["podSelector"], pod_labels(docs, i)) for i in range(nodes))
+        assert admitted_ports(docs, 1, member_rule) == "all TCP"
+        # What the pods dial each other on is among it: the rendezvous on the leader.
+        assert dist_init_port(docs) > 0
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_no_network_policy_leaves_only_it_out(rendered, tmp_path, nodes):
+    plain = rendered[2, MODES[0]] if nodes == 2 else render(tmp_path / "plain", *options(1, MODES[0]))
+    docs = render(tmp_path / "out", *options(nodes, MODES[0], "--no-network-policy"))
+    assert [d for d in docs if d["kind"] == "NetworkPolicy"] == []
+    assert docs == [d for d in plain if d["kind"] != "NetworkPolicy"]
+    header = (tmp_path / "out" / "kustomization.yaml").read_text().splitlines()[1]
+    assert header.rstrip().endswith(f"--no-network-policy --out {tmp_path / 'out'}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One machine: a StatefulSet, no LeaderWorkerSet controller
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rendered_single(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
+    return {mode: render(tmp_path_factory.mktemp(f"k8s-single-{mode}"), *options(1, mode)) for mode in MODES}
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
+@pytest.mark.parametrize("mode", MODES)
+def test_one_node_is_a_statefulset_that_validates(rendered_single, mode, version):
+    docs = rendered_single[mode]
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "NetworkPolicy", "Service", "Service", "StatefulSet"]
+    assert "LeaderWorkerSet" not in json.dumps(docs) and "LWS_" not in json.dumps(docs), "nothing of LWS"
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_one_pod_is_the_group_leaders_without_the_group(rendered_single, rendered, mode):
+    """The StatefulSet's pod is the LeaderWorkerSet leader's (same GPUs): the same container, probes, volumes,
+    security and requests, without LWS's variables; one pod, its own cache claim."""
+    docs, group = rendered_single[mode], rendered[2, mode]
+    sts, lws = one(docs, "StatefulSet"), one(group, "LeaderWorkerSet")
+    assert sts["spec"]["replicas"] == 1
+    assert sts["spec"]["volumeClaimTemplates"] == lws["spec"]["leaderWorkerTemplate"]["volumeClaimTemplates"]
+    pod, leader = copy.deepcopy(template(sts, 0)), copy.deepcopy(template(lws, 0))
+    for p, docs_of in ((pod, docs), (leader, group)):
+        c = container(p)
+        (ref,) = c["envFrom"]
+        assert ref["configMapRef"]["name"] == one(docs_of, "ConfigMap")["metadata"]["name"]
+        ref["configMapRef"]["name"] = "sglang-env"  # the names carry each content's hash
+        p.pop("metadata", None)
+    assert container(pod).pop("env") == []
+    assert [e["name"] for e in container(leader).pop("env")] == ["NNODES", "NODE_RANK", "DIST_INIT_ADDR"]
+    assert pod == leader
+    env = pod_env(docs, 0)
+    assert env["TP_SIZE"] == str(GPUS) and env["PORT"] == str(PLAN.image.port)
+    assert not {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_DISABLE"} & set(env), "no network between nodes"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_services_select_the_one_pod(rendered_single, mode):
+    docs = rendered_single[mode]
+    sts = one(docs, "StatefulSet")
+    labels = template(sts, 0)["metadata"]["labels"]
+    assert all(sts["spec"]["selector"]["matchLabels"][k] == labels[k] for k in sts["spec"]["selector"]["matchLabels"])
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    headless = services.pop(sts["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    (api,) = services.values()
+    for service in (headless, api):
+        assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+    (port,) = api["spec"]["ports"]
+    assert port["port"] == PLAN.image.port and port["targetPort"] == HTTP_PORT
+    assert api["metadata"]["name"] == "sglang-leader", "the same name as with a LeaderWorkerSet"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_one_pods_dry_run_serves_on_one_node(rendered_single, image_like, mode):
+    docs = rendered_single[mode]
+    args = container(template(workload(docs), 0))["args"]
+    assert args == [mode]
+    proc = run_entrypoint([*args, "--dry-run"], image_env(docs, 0, image_like))
+    assert proc.returncode == 0, proc.stderr
+    assert f"accepted by SGLang {PLAN.sglang_version}'s own parser" in proc.stdout
+    _, argv = startup.split_command(shlex.split(proc.stdout.strip().splitlines()[-1]))
+    assert startup.option_value(argv, "--tp-size") == str(GPUS)
+    assert startup.option_value(argv, "--port") == str(PLAN.image.port)
+    assert "--node-rank" not in argv and "--dist-init-addr" not in argv
+    assert startup.option_value(argv, "--nnodes") in (None, "1")
+    assert NO_KEY_WARNING in proc.stderr
+
+
+def test_one_node_output_names_the_statefulset(tmp_path):
+    out = tmp_path / "out"
+    proc = run_build_py("deploy", "kubernetes", *options(1, MODES[0], *with_key(), *with_admin()), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "a StatefulSet" in proc.stdout
+    for secret, key in ((SECRET, SECRET_KEY), (ADMIN_SECRET, ADMIN_SECRET_KEY)):
+        create = f"kubectl create secret generic {secret} -n {NAMESPACE} --from-file={key}=FILE"
+        assert create in proc.stdout and create in (out / "kustomization.yaml").read_text()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -613,7 +979,28 @@ BAD_INPUT = [
     ("secret-key-dot", ["--mode", "baseline", "--api-key-secret", "k", "--api-key-secret-key", "."], ["'.'"]),
     ("secret-key-dotdot", ["--mode", "baseline", "--api-key-secret", "k", "--api-key-secret-key", "..k"], ["'..k'"]),
     ("secret-key-alone", ["--mode", "baseline", "--api-key-secret-key", "api-key"], ["only with --api-key-secret"]),
-]
+    ("admin-name", ["--mode", "baseline", "--admin-api-key-secret", "Admin_Key"], ["--admin-api-key-secret 'Admin_"]),
+    ("admin-key", ["--mode", "baseline", "--admin-api-key-secret", "k", "--admin-api-key-secret-key", "a/"], ["'a/'"]),
+    ("admin-key-alone", ["--mode", "baseline", "--admin-api-key-secret-key", "k"], ["only with --admin-api-key-sec"]),
+    ("admin-is-api-key", ["--mode", "baseline", "--api-key-secret", "k", "--admin-api-key-secret", "k",
+                          "--admin-api-key-secret-key", "api-key"], ["is the API key's", "admin routes"]),
+    ("cpu-zero", ["--mode", "baseline", "--cpu-request", "0"], ["--cpu-request '0'", "CPU quantity"]),
+    ("cpu-word", ["--mode", "baseline", "--cpu-request", "lots"], ["--cpu-request 'lots'"]),
+    ("cpu-unit", ["--mode", "baseline", "--cpu-request", "8Gi"], ["--cpu-request '8Gi'"]),
+    ("memory-unit", ["--mode", "baseline", "--memory-request", "64GB"], ["--memory-request '64GB'"]),
+    ("shm-zero", ["--mode", "baseline", "--shm-size", "0"], ["--shm-size '0'"]),
+    ("selector-no-value", ["--mode", "baseline", "--node-selector", "gpu"], ["--node-selector 'gpu' is not KEY=VALUE"]),
+    ("selector-key", ["--mode", "baseline", "--node-selector", "bad key=1"], ["'bad key' is not a label key"]),
+    ("selector-prefix", ["--mode", "baseline", "--node-selector", "Nvidia.com/gpu=1"], ["not a label key"]),
+    ("selector-value", ["--mode", "baseline", "--node-selector", "gpu=a b"], ["'a b' is not a label value"]),
+    ("selector-long", ["--mode", "baseline", "--node-selector", "gpu=" + "v" * 64], ["is not a label value"]),
+    ("selector-twice", ["--mode", "baseline", "--node-selector", "a=1", "--node-selector", "a=2"], ["given twice"]),
+    ("toleration-effect", ["--mode", "baseline", "--toleration", "gpu:NoSchedul"], ["'NoSchedul'", "'NoSchedule'"]),
+    ("toleration-key", ["--mode", "baseline", "--toleration", "=x:NoSchedule"], ["'' is not a label key"]),
+    ("toleration-value", ["--mode", "baseline", "--toleration", "k=a/b"], ["'a/b' is not a label value"]),
+    ("toleration-twice", ["--mode", "baseline", "--toleration", "k", "--toleration", "k"], ["given twice"]),
+    ("one-node-ifname", ["--mode", "baseline", "--nodes", "1", "--nccl-socket-ifname", "net1"], ["--nodes 2 or more"]),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("args", "expected"), [pytest.param(a, e, id=i) for i, a, e in BAD_INPUT])
@@ -632,6 +1019,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
     for text in expected:
         assert text in err, (text, err)
     assert not (tmp_path / "out").exists(), "nothing is written on bad input"
+
+
+def test_infiniband_on_one_node_is_refused(tmp_path):
+    err = bad(tmp_path, *BASE_ARGS, "--nodes", "1", "--mode", "baseline", "--infiniband", "--out", str(tmp_path / "o"))
+    assert "--infiniband: only with --nodes 2 or more" in err
 
 
 def test_out_that_is_not_ours(tmp_path):

@@ -59,3 +59,48 @@ def test_the_dockerfile_and_the_context_carry_the_image_package_whole():
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
     assert "!sm120/image/" in ignore
     assert not [x for x in ignore if x.startswith("!sm120/") and x not in ("!sm120/image/", "!sm120/__init__.py")]
+
+
+HOST_FILES = sorted(p for p in (ROOT / "sm120").rglob("*.py") if IMAGE not in p.parents)
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_the_host_has_no_import_cycle_and_nothing_imports_the_cli():
+    """The CLI imports every command by name (no import_module); a command imports the steps before its own, never
+    the CLI: the module graph (imports under `if TYPE_CHECKING:`, for annotations only, left out) has no cycle."""
+    modules = {_module(p) for p in HOST_FILES}
+    assert "import_module" not in (ROOT / "sm120" / "cli.py").read_text(), "sm120/cli.py: import each command by name"
+    graph: dict[str, set[str]] = {}
+    for path in HOST_FILES:
+        tree = ast.parse(path.read_text())
+        hidden = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and id(node) not in hidden and (node.module or "").startswith("sm120"):
+                found |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+            elif isinstance(node, ast.Import) and id(node) not in hidden:
+                found |= {a.name for a in node.names}
+        graph[_module(path)] = (found & modules) - {_module(path)}
+        if _module(path) != "sm120.cli":
+            assert "sm120.cli" not in graph[_module(path)], f"{path.relative_to(ROOT)} imports the CLI"
+    state: dict[str, int] = {}
+
+    def visit(module: str, trail: tuple[str, ...]) -> None:
+        if state.get(module) == 2:
+            return
+        assert state.get(module) != 1, "an import cycle: " + " -> ".join((*trail, module))
+        state[module] = 1
+        for target in sorted(graph[module]):
+            visit(target, (*trail, module))
+        state[module] = 2
+
+    for module in sorted(graph):
+        visit(module, ())

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import pypi
 from sm120.errors import UsageError
+from sm120.patches import pypi
 from tests.helpers import ROOT, run_build_py
 from tests.unit.test_patching import ORIGINAL, diff, edited, make_tree
 
@@ -231,9 +231,9 @@ def test_a_release_missing_from_pypi_is_a_usage_error(offline_pypi):
 
 
 def test_matrix_json_shape_and_markdown_table():
-    from sm120 import config as cfg
-    from sm120.commands import patches as cmd
-    from sm120.patching import Result, Status
+    from sm120.patches import cmd_patches as cmd
+    from sm120.patches.patching import Result, Status
+    from sm120.plan import config as cfg
 
     table = {
         "0.5.9": {"p": Result("p", Status.APPLIED, "patches/sglang/p/0.5.9.patch")},

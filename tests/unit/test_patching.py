@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import patching
-from sm120.config import Patch
-from sm120.patching import Status
+from sm120.patches import patching
+from sm120.patches.patching import Status
+from sm120.plan.config import Patch
 
 ORIGINAL = "".join(f"line {i}\n" for i in range(1, 41))
 

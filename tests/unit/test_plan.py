@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
 
-from sm120 import config as cfg
-from sm120 import plan as planmod
-from sm120 import resources as res
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
+from sm120.plan import resources as res
 from tests.helpers import run_build_py, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,3 +223,32 @@ def test_a_wheel_url_of_another_package_or_version_is_exit_2(tmp_path, url, says
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert "sgl_kernel.wheel.url of sgl-kernel 0.3.21" in line and says in line
+
+
+def test_a_command_without_profile_uses_the_one_dev_build_uses(capsys):
+    """`./dev build` builds the offline profile: plan, build and preflight take it without --profile (build.toml
+    [defaults] profile); --profile release still names the published image, whose tags carry no suffix."""
+    from tests.helpers import run_cli
+
+    rc, out, err = run_cli(capsys, "plan", "--json")
+    assert rc == 0 and json.loads(out)["profile"] == "offline", err
+    rc, out, err = run_cli(capsys, "plan", "--json", "--profile", "release")
+    assert rc == 0 and json.loads(out)["tags"] == ["sglang-sm120:0.5.23-cu13.0.1"], err
+    built = run_build_py("build", "--print")
+    assert built.returncode == 0 and "sglang-sm120:0.5.23-cu13.0.1-offline" in built.stdout, built.stderr
+
+
+def test_the_human_plan_writes_no_python_reprs(capsys):
+    """`plan` (no --json) prints each value as text: no None, no quotes, no {'head_dims': ...} (plan --json keeps
+    its form: those strings are plan.json's, and images carry them)."""
+    from tests.helpers import run_cli
+
+    for profile in ("offline", "release"):
+        for track in ("0.5.9", "0.5.23"):
+            rc, out, err = run_cli(capsys, "plan", "--profile", profile, "--sglang", track)
+            assert rc == 0, err
+            text = out.split("\nlabels\n")[0]  # the labels are key=value as the image carries them
+            assert not re.search(r"None|'[^' ]*'|\{|\[", text), text
+    rc, out, _ = run_cli(capsys, "plan", "--profile", "offline")
+    assert "  flash_attn: head_dims 128; dtypes bf16; backward off (release: head_dims all; dtypes fp16, bf16;" in out
+    assert "  torch_index: none (release: https://download.pytorch.org/whl/cu130)" in out

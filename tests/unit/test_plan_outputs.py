@@ -1,8 +1,8 @@
 """T0: each format written from the plan reads back to the same facts, for every profile and track.
 
 plan.json (`Plan.to_dict`, what `plan --json` prints and the image's entrypoint reads) decodes into the same typed
-plan; the labels (`sm120.labels.write`) parse (`sm120.labels.parse`) into what the plan holds; the build args
-(`sm120.build_args.write`) are exactly the ARGs the Dockerfile declares; the facts that files which cannot import
+plan; the labels (`sm120.plan.labels.write`) parse (`sm120.plan.labels.parse`) into what the plan holds; the build args
+(`sm120.plan.build_args.write`) are exactly the ARGs the Dockerfile declares; the facts that files which cannot import
 Python write themselves (the plan.json path) equal the one constant.
 """
 
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter
 
-from sm120 import build_args, exported, labels
-from sm120 import config as cfg
-from sm120 import plan as planmod
-from sm120 import resources as res
 from sm120.image.entrypoint.spec import PLAN_JSON_PATH
-from sm120.plan_types import Plan, sm
+from sm120.plan import build_args, exported, labels
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
+from sm120.plan import resources as res
+from sm120.plan.plan_types import Plan, sm
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = cfg.load(ROOT / "build.toml")

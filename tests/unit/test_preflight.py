@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from sm120 import cli
-from sm120 import config as cfg
-from sm120.commands import preflight
+from sm120.build import cmd_preflight as preflight
 from sm120.errors import UsageError
+from sm120.plan import config as cfg
 from tests.helpers import write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,7 +150,7 @@ def test_every_track_is_summed_and_an_image_already_built_needs_only_a_rebuild(t
     assert cli.main(["preflight", "--profile", "offline", "--every-track"]) == 1
     err = capsys.readouterr().err
     assert f"needs {cold:g} GiB" in err and all(f"{v} (from nothing)" in err for v in tracks)
-    from sm120 import plan as planmod
+    from sm120.plan import resolve as planmod
 
     client.present = {planmod.resolve(config, profile="offline", sglang=v).tags[0] for v in tracks}
     assert cli.main(["preflight", "--profile", "offline", "--every-track"]) == 0

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import buildx, cli
-from sm120.commands import build
+from sm120 import cli
+from sm120.build import buildx
+from sm120.build import cmd_build as build
 from sm120.errors import CheckFailed
 from tests.helpers import run_build_py
 

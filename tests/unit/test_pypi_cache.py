@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import pypi
 from sm120.errors import CheckFailed
+from sm120.patches import pypi
 
 VERSION = "9.9.9"
 FILENAME = f"sglang-{VERSION}-py3-none-any.whl"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import base_facts
-from sm120 import config as cfg
+from sm120.build import base_facts
+from sm120.plan import config as cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ROOT / "docker" / "stages"

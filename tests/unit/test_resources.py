@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import resources as res
+from sm120.plan import resources as res
 
 GIB = 1024**3
 

@@ -1,5 +1,5 @@
-"""`build.py sbom` (sm120/sbom.py): syft's settings (packages, not files), what the SBOM holds, the size limit, bad
-input. The scan of a real image is T2 (tests/image_meta/test_sbom_image.py)."""
+"""`build.py sbom` (sm120/build/sbom.py): syft's settings (packages, not files), what the SBOM holds, the size limit,
+bad input. The scan of a real image is T2 (tests/image_meta/test_sbom_image.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import sbom
+from sm120.build import sbom
 from sm120.errors import CheckFailed
 from tests.helpers import docker_or_skip, run_build_py
 

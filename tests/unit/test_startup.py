@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import config as cfg
 from sm120.errors import UsageError
+from sm120.plan import config as cfg
 from sm120.verify import persona, report, startup
 from sm120.verify import startup_probe as probe
 

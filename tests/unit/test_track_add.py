@@ -22,9 +22,13 @@ from typing import Any
 
 import pytest
 
-from sm120 import config as cfg
-from sm120 import patching, pypi, track_facts, track_stanza, wheel_members
 from sm120.errors import CheckFailed, UsageError
+from sm120.patches import patching, pypi
+from sm120.plan import config as cfg
+from sm120.track import cmd_track as track_command
+from sm120.track import facts as track_facts
+from sm120.track import stanza as track_stanza
+from sm120.track import wheel_members
 from sm120.verify import elf
 from tests.helpers import run_cli, without_track, write_config
 
@@ -433,13 +437,13 @@ def test_a_stanza_that_does_not_check_out_is_not_written(tmp_path):
     broken = {"flashinfer": "0.7.2"}  # no torch, no sgl_kernel: the schema refuses it
     new = track_stanza.insert(before, "0.5.23", '[tracks."0.5.24"]\nflashinfer = "0.7.2"\n')
     with pytest.raises(UsageError, match=r'the new \[tracks."0.5.24"\] does not check out: .*missing key'):
-        track_stanza.check_and_write(config, new, "0.5.24", broken, write=True)
+        track_command.check_and_write(config, new, "0.5.24", broken, write=True)
     assert config.read_text() == before
     assert not list(tmp_path.glob(".build.toml.*"))
     # Text that changes more than the new track (here: a default) is refused before anything else.
     moved = new.replace('profile = "release"', 'profile = "offline"')
     with pytest.raises(CheckFailed, match=r"changed more of build\.toml than tracks\.0\.5\.24"):
-        track_stanza.check_and_write(config, moved, "0.5.24", broken, write=True)
+        track_command.check_and_write(config, moved, "0.5.24", broken, write=True)
     assert config.read_text() == before
 
 
@@ -535,11 +539,11 @@ def test_track_next_names_the_newest_final_release_newer_than_the_newest_track(c
 @pytest.fixture
 def t1(monkeypatch: pytest.MonkeyPatch):
     """track check with its two steps replaced: what it ran, and the pytest status to answer."""
-    from sm120.commands import track as track_command
+    from sm120.track import cmd_track as track_command
     from sm120.verify import runner
 
     ran: dict[str, Any] = {"status": 0}
-    monkeypatch.setattr(track_command.patches_command, "run_check", lambda args: ran.setdefault("patches", args.sglang))
+    monkeypatch.setattr(track_command.cmd_patches, "check", lambda config, version: ran.setdefault("patches", version))
 
     def pytest_run(cmd, env):
         ran["cmd"] = cmd
@@ -574,8 +578,15 @@ def test_track_check_fails_when_its_tests_do(capsys, t1, status, expected):
 def test_track_check_refuses_what_it_cannot_check(capsys, t1, monkeypatch, tmp_path):
     rc, _, err = run_cli(capsys, "track", "check", "0.5.8")
     assert rc == 2 and "no track for SGLang '0.5.8'" in err and "cmd" not in t1
-    from sm120.commands import track as track_command
+    from sm120.track import cmd_track as track_command
 
     monkeypatch.setattr(track_command, "T1_TESTS", tmp_path / "tests" / "upstream")
     rc, _, err = run_cli(capsys, "track", "check", "0.5.23")
     assert rc == 2 and "which this copy lacks: run it in a checkout" in err
+
+
+def test_a_version_without_a_track_points_to_track_add(capsys):
+    rc, _, err = run_cli(capsys, "plan", "--sglang", "0.5.10")
+    assert rc == 2 and err.strip().endswith("pick one, or add it: python3 build.py track add 0.5.10"), err
+    rc, _, err = run_cli(capsys, "plan", "--sglang", "0.5.10rc1")  # track add takes final releases only
+    assert rc == 2 and err.strip().endswith("pick one"), err

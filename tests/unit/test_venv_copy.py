@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import plan as planmod
+from sm120.plan import resolve as planmod
 from tests.helpers import ROOT
 
 SCRIPT = ROOT / "docker" / "stages" / "venv_copy.py"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import exported, labels
-from sm120 import plan as planmod
+from sm120.plan import exported, labels
+from sm120.plan import resolve as planmod
 from sm120.verify import elf, report
 from tests.helpers import run_build_py
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from sm120 import cli
-from sm120 import config as cfg
+from sm120.plan import config as cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS_DIR = ROOT / ".github" / "workflows"
@@ -275,9 +275,46 @@ def test_least_privilege_permissions(name):
 
 @pytest.mark.parametrize("name", WORKFLOWS)
 def test_a_newer_run_cancels_an_outdated_one(name):
-    concurrency = _load(name).get("concurrency")
+    """On the workflow, or (gpu-benchmark.yml) on the job that measures: a run that skips that job cancels none."""
+    workflow = _load(name)
+    concurrency = workflow.get("concurrency")
+    if name == "gpu-benchmark.yml":
+        assert concurrency is None, "a workflow-level group lets a run with nothing to measure cancel a benchmark"
+        concurrency = workflow["jobs"]["bench"].get("concurrency")
     assert isinstance(concurrency, dict) and concurrency.get("group"), "no concurrency group"
     assert concurrency.get("cancel-in-progress") is True
+
+
+def _runs_on_for(expression: str, *, event: str, head_repo: str, repo: str, ci_runner: str) -> str:
+    """Evaluate ci.yml's runs-on expression (only the `a && b || c || d` form it uses) for one event."""
+    inner = expression.strip()
+    assert inner.startswith("${{") and inner.endswith("}}"), inner
+    inner = " ".join(inner[3:-2].split())
+    values = {
+        "github.event_name": repr(event),
+        "github.event.pull_request.head.repo.full_name": repr(head_repo),
+        "github.repository": repr(repo),
+        "vars.CI_RUNNER": repr(ci_runner),
+    }
+    for name, value in values.items():
+        inner = inner.replace(name, value)
+    python = inner.replace("&&", " and ").replace("||", " or ")
+    # eval of a fixed expression read from our own workflow, with no builtins
+    return eval(python, {"__builtins__": {}})
+
+
+FORKS = [
+    ("fork-pr", "pull_request", "someone/fork", "ubuntu-24.04"),
+    ("own-branch-pr", "pull_request", "owner/repo", "big-runner"),
+    ("push", "push", "", "big-runner"),
+]
+
+
+@pytest.mark.parametrize(("event", "head", "want"), [c[1:] for c in FORKS], ids=[c[0] for c in FORKS])
+def test_a_forks_pull_request_never_reaches_the_ci_runner(event, head, want):
+    runs_on = _load("ci.yml")["jobs"]["test"]["runs-on"]
+    got = _runs_on_for(runs_on, event=event, head_repo=head, repo="owner/repo", ci_runner="big-runner")
+    assert got == want
 
 
 @pytest.mark.parametrize("name", WORKFLOWS)

@@ -4,7 +4,7 @@
     def test_something(sglang_python):            # a Path to that release's python executable
         out = run_snippet(sglang_python, "import sglang; emit(sglang.__version__)")
 
-The track list comes from build.toml (`sorted(sm120.config.load().tracks, key=Version)`); `run_snippet`
+The track list comes from build.toml (`sorted(sm120.plan.config.load().tracks, key=Version)`); `run_snippet`
 is `tests.upstream.env.run_snippet` (also offered as a fixture).
 Every test collected under tests/upstream is marked `upstream` (T1) automatically.
 The first run builds each venv (minutes, a few GiB each, under ~/.cache/sglang-sm120/upstream); later
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from sm120 import config as cfg
+from sm120.plan import config as cfg
 from tests.helpers import run_build_py
 from tests.upstream import env as upstream_env
 

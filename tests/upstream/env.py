@@ -40,9 +40,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from sm120 import config as cfg
-from sm120 import pypi
 from sm120.errors import CheckFailed, UsageError
+from sm120.patches import pypi
+from sm120.plan import config as cfg
 from sm120.verify.behaviour import SGL_KERNEL_STANDIN, SNIPPET_PRELUDE
 
 # Bump when the way a venv is built changes: every cached venv is then rebuilt once.

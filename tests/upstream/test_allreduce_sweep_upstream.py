@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from sm120 import config as cfg
+from sm120.plan import config as cfg
 from tests.entrypoint_helpers import ROOT, clean_env, real_plan, run_entrypoint, stderr_lines
 from tests.upstream import env as upstream_env
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from sm120 import config as cfg
-from sm120 import pypi
 from sm120.image.entrypoint import sglang_source
-from sm120.plan import resolve
+from sm120.patches import pypi
+from sm120.patches.cmd_patches import MATRIX_FLOOR
+from sm120.plan import config as cfg
+from sm120.plan.resolve import resolve
 
 CONFIG = cfg.load()
 DRAFTERS = sorted(CONFIG.eagle3_drafters)
@@ -24,7 +25,7 @@ def registered(version: str) -> sglang_source.InstalledSGLang:
 
 
 def _previous_final(version: str) -> str:
-    older = [v for v in pypi.final_releases("0.5.9") if Version(v) < Version(version)]
+    older = [v for v in pypi.final_releases(MATRIX_FLOOR) if Version(v) < Version(version)]
     assert older, f"no final release before {version} on PyPI"
     return older[-1]
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from sm120 import config as cfg
-from sm120 import patching
 from sm120.image.entrypoint import key_file
 from sm120.image.entrypoint.sglang_source import InstalledSGLang
+from sm120.patches import patching
+from sm120.plan import config as cfg
 from tests.entrypoint_helpers import (
     clean_env,
     eagle3_draft,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import config as cfg
-from sm120 import plan as planmod
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
 from sm120.verify import startup
 from tests.entrypoint_helpers import real_plan, run_entrypoint
 from tests.kubernetes_pods import (

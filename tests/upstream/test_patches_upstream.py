@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from sm120 import config as cfg
-from sm120 import patching, pypi
+from sm120.patches import patching, pypi
+from sm120.plan import config as cfg
 from sm120.verify.behaviour import (
     BAD_MAX_SIZES,
     INKLING_OFF,

@@ -39,10 +39,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from sm120 import config as cfg
-from sm120 import plan as planmod
-from sm120 import resources as res
-from sm120.plan_types import Plan
+from sm120.plan import config as cfg
+from sm120.plan import resolve as planmod
+from sm120.plan import resources as res
+from sm120.plan.plan_types import Plan
 from tests.upstream.conftest import TRACKS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sm120 import config as cfg
-from sm120 import track_facts
+from sm120.plan import config as cfg
+from sm120.track import facts as track_facts
 from tests.helpers import ROOT, run_build_py, without_track, write_config
 
 if sys.version_info >= (3, 11):

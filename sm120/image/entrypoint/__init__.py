@@ -9,9 +9,13 @@ models         model directories: config.json, the EAGLE-3 drafter, NVFP4 detect
 sglang_source  what the installed SGLang has, read from its files without importing it
 rules          build.toml's runtime rules (what sm_120 needs) and the flags left out
 parser_check   the command parsed by SGLang's own CLI parser, in a child interpreter
-key_file       API_KEY_FILE's key: read and checked, never shown (also used by `build.py bench --api-key-file`)
-api_key        the key in the command (`--api-key ********`), the refusals, the warning, the exec through the launcher
-_with_api_key  the launcher: in SGLang's interpreter, adds --api-key=KEY to sys.argv and masks it on stdout/stderr
+environment    the container's variables against those the image reads: a near miss or a key in a variable is exit 2
+key_file       API_KEY_FILE's and ADMIN_API_KEY_FILE's keys: read and checked, never shown (also `bench --api-key-file`)
+api_key        the keys in the command (`--api-key ********`), the admin routes closed, the refusals, the warning,
+               the exec through the launcher, the secrets the process knows
+_with_api_key  the launcher: in SGLang's interpreter, adds --admin-api-key=KEY and --api-key=KEY to sys.argv and
+               masks them on stdout/stderr
 preflight      GPUs (NVML or nvidia-smi), /dev/shm, the JIT cache directories
+errors         one-line errors, the log, and the one redaction step all output passes through (errors.SECRETS)
 main           the order of it all, and the exec
 """

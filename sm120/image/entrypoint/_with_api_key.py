@@ -9,6 +9,11 @@ the interpreter's memory only: the process's command line (`ps`, `docker top`) a
 inspect`) never hold it, and stdout/stderr write it as ******** (SGLang logs its ServerArgs at start-up, the
 key included). Standard library only; key_file.py is loaded by its path, so nothing of this directory is put
 on sys.path (it is set as `python3 -m` or `python3 SCRIPT` would set it).
+
+The admin key the same way: ADMIN_API_KEY_FILE's key as `--admin-api-key=KEY`; or, where the entrypoint sets
+SM120_ADMIN_ROUTES=closed (an API key without an admin key), a random one made here and known to nobody, so
+SGLang's admin routes are closed (srt/utils/auth.py). `--admin-api-key=...` goes before `--api-key=KEY`, which
+stays the last argument. SM120_ADMIN_ROUTES is removed from the environment before SGLang runs.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import runpy
+import secrets
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -47,16 +53,24 @@ def main(argv: list[str]) -> int:
         module, script, args = None, argv[0], argv[1:]
     else:
         return _error(f"usage: {Path(__file__).name} -m MODULE [ARGS...] | SCRIPT [ARGS...]")
-    path = (os.environ.get(key_file.VARIABLE) or "").strip()
-    if not path:
+    keys: dict[str, str] = {}  # option -> key
+    for variable, option in key_file.FILES.items():
+        path = (os.environ.get(variable) or "").strip()
+        if not path:
+            continue
+        try:
+            keys[option] = key_file.read(path).value
+        except key_file.KeyFileError as exc:
+            return _error(*key_file.describe(variable, path, exc))
+    closed = os.environ.pop(key_file.ADMIN_ROUTES, "") == "closed"
+    if key_file.OPTION not in keys and key_file.ADMIN_OPTION not in keys:
         return _error(f"{Path(__file__).name} needs {key_file.VARIABLE}: the file that holds the API key")
-    try:
-        key = key_file.read(path)
-    except key_file.KeyFileError as exc:
-        return _error(f"{key_file.VARIABLE}={path!r}: {exc.problem}", *([exc.hint] if exc.hint else []))
-    sys.stdout = key_file.Masked(sys.stdout, key.value)  # type: ignore[assignment]
-    sys.stderr = key_file.Masked(sys.stderr, key.value)  # type: ignore[assignment]
-    sys.argv = [script or "-m", *args, f"{key_file.OPTION}={key.value}"]
+    if closed and key_file.ADMIN_OPTION not in keys:
+        keys[key_file.ADMIN_OPTION] = secrets.token_urlsafe(32)  # known to nobody: the admin routes are closed
+    sys.stdout = key_file.Masked(sys.stdout, *keys.values())  # type: ignore[assignment]
+    sys.stderr = key_file.Masked(sys.stderr, *keys.values())  # type: ignore[assignment]
+    added = [f"{option}={keys[option]}" for option in (key_file.ADMIN_OPTION, key_file.OPTION) if option in keys]
+    sys.argv = [script or "-m", *args, *added]
     if module is not None:
         sys.path[0] = os.getcwd()
         runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -45,12 +45,19 @@ VARIABLES = [
     Variable("DIST_INIT_ADDR", "--dist-init-addr", "several machines: host:port of node 0"),
     Variable("EXTRA_ARGS", None, "more SGLang options, split like a shell line"),
     Variable("SKIP_RUNTIME_RULES", None, "runtime rules to leave out: names, comma-separated, or 'all'"),
-    # Not an option item: api_key.py reads the file and adds --api-key, masked, last (no key on a command line).
+    # Not option items: api_key.py reads the files and adds --admin-api-key and --api-key, masked, last (no key on a
+    # command line).
     Variable(
         "API_KEY_FILE",
         None,
-        "file (a secret, e.g. /run/secrets/api_key) whose one line is SGLang's --api-key; shown as ********, "
-        "on no command line (--api-key itself is refused)",
+        "file (a secret, e.g. /run/secrets/api_key) whose one line is SGLang's --api-key (A-Z a-z 0-9 . _ ~ + / = -); "
+        "shown as ********, on no command line (--api-key, --admin-api-key and their prefixes are refused)",
+    ),
+    Variable(
+        "ADMIN_API_KEY_FILE",
+        None,
+        "file whose one line is SGLang's --admin-api-key, for its admin routes (read like API_KEY_FILE); without it, "
+        "an API key closes the admin routes (SGLang gets an admin key nobody knows)",
     ),
 ]
 # The eagle3 variables and the build.toml mode keys that hold their presets.
@@ -137,8 +144,8 @@ def build(
         try:
             tokens = shlex.split(extra)
         except ValueError as exc:
-            raise UsageError(
-                f"EXTRA_ARGS={show(extra)} cannot be split like a shell line ({exc})",
+            raise UsageError(  # not shown: an unclosed quote may be around a key (errors.SECRETS cannot tell)
+                f"EXTRA_ARGS cannot be split like a shell line ({exc}); its {len(extra)} characters are not shown",
                 "quote values with spaces, e.g. EXTRA_ARGS=\"--chat-template 'my template.jinja'\"",
             ) from None
         cmd.extra = group(tokens, EXTRA)

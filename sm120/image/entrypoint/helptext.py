@@ -30,8 +30,13 @@ examples:
       -e MODEL_PATH=/models/Kimi-K2.5-NVFP4 -e DRAFT_MODEL_PATH=/models/Kimi-K2.5-eagle3 -e TP_SIZE=8 \\
       IMAGE eagle3 -- --mem-fraction-static 0.85
   with an API key (clients send `Authorization: Bearer KEY`; /health stays open for the HEALTHCHECK):
-  docker run --gpus all --ipc=host -p 30000:30000 -v /models:/models -v /etc/sglang/key:/run/secrets/api_key:ro \
+  docker run --gpus all --ipc=host -p 30000:30000 -v /models:/models -v /etc/sglang/key:/run/secrets/api_key:ro \\
       -e API_KEY_FILE=/run/secrets/api_key -e MODEL_PATH=/models/Kimi-K2.5-NVFP4 -e TP_SIZE=8 IMAGE baseline
+  with an API key, SGLang's admin routes are closed (it gets an admin key nobody knows, made at start, never shown);
+  to open them, mount a second secret and set ADMIN_API_KEY_FILE=/run/secrets/admin_api_key (its one line is the
+  admin key). A key in a variable (API_KEY=..., SGLANG_API_KEY=...) or on a command line (--api-key, --admin-api-key,
+  a prefix argparse would take for one) is refused; so is --grpc-mode with a key (its gRPC server checks none).
+  A variable the image does not read whose name resembles one it reads (TP_SZIE, MODEL_PATHS) is refused.
 """
 
 

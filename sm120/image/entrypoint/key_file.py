@@ -11,12 +11,22 @@ never holds the key. Both releases log their ServerArgs at start-up with the key
 `server_args=ServerArgs(...)`, 0.5.23 `server_args={...}`, srt/entrypoints/engine.py): the launcher writes
 the key as MASK on the process's stdout and stderr. SGLang leaves /health*, /metrics (and 0.5.23 /ready*)
 open (srt/utils/auth.py), so the image's HEALTHCHECK needs no key.
+
+ADMIN_API_KEY_FILE is read the same way and reaches SGLang as `--admin-api-key=KEY` (both releases have the
+option: srt/utils/auth.py's admin-only and admin-optional routes want that key once it is set). With an API key
+and no admin key, the launcher passes an admin key nobody knows (secrets.token_urlsafe, generated in its process
+and never written anywhere), so the admin routes are closed rather than open to every API-key holder.
+
+The key's characters: ALPHABET only (what `openssl rand -hex`, `openssl rand -base64` and Python's
+secrets.token_urlsafe write). SGLang logs its ServerArgs with repr() (0.5.9) or JSON (0.5.23): a backslash or a
+quote would be written escaped there, and the launcher's mask, which looks for the key as it is, would miss it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +34,15 @@ from typing import Any, TextIO
 
 VARIABLE = "API_KEY_FILE"
 OPTION = "--api-key"
+ADMIN_VARIABLE = "ADMIN_API_KEY_FILE"
+ADMIN_OPTION = "--admin-api-key"
+FILES = {VARIABLE: OPTION, ADMIN_VARIABLE: ADMIN_OPTION}  # each key file variable and the option it feeds
+# Set by the entrypoint for the launcher only (never by a user: the entrypoint refuses it): "closed" makes the
+# launcher pass an admin key nobody knows. It is no secret: the key itself is made in the launcher's process.
+ADMIN_ROUTES = "SM120_ADMIN_ROUTES"
 MASK = "********"
+ALPHABET = "A-Z a-z 0-9 . _ ~ + / = -"
+_ALLOWED = re.compile(rb"[A-Za-z0-9._~+/=-]+")
 MAX_BYTES = 4096  # a key is tens of characters; a larger file is not a key file
 MIN_CHARS = 8
 LAUNCHER = Path(__file__).with_name("_with_api_key.py")
@@ -98,9 +116,44 @@ def read(path: str) -> ApiKey:
             "the key holds a space, a control character or a non-ASCII character",
             f"a key is printable ASCII without spaces (it travels in an HTTP header), {GOOD_KEY}",
         )
+    if not _ALLOWED.fullmatch(text):
+        raise KeyFileError(
+            f"the key holds a character other than {ALPHABET}",
+            f"(a quote or a backslash is escaped in SGLang's logged ServerArgs, past the mask), {GOOD_KEY}",
+        )
     if len(text) < MIN_CHARS:
         raise KeyFileError(f"the key is shorter than {MIN_CHARS} characters", f"use a longer one, {GOOD_KEY}")
     return ApiKey(path, text.decode("ascii"))
+
+
+def describe(variable: str, path: str, exc: KeyFileError) -> list[str]:
+    """The lines of an error about a key file variable: its value is shown where something is there (a path),
+    never otherwise (a key pasted where the path goes, `API_KEY_FILE=sk-...`, names no file)."""
+    if path and os.path.lexists(path):
+        return [f"{variable}={path!r}: {exc.problem}", *([exc.hint] if exc.hint else [])]
+    return [
+        f"{variable} does not name a readable file (its value is not shown: it may be the key itself)",
+        f"set {variable} to the path of a file that holds the key, e.g. a secret mounted at /run/secrets/...",
+    ]
+
+
+def candidates(path: str) -> list[str]:
+    """What a key file holds, line by line, as secrets to keep out of every message: read whatever its checks
+    would say (a file of two lines, of a bad character, ...), never raising. Empty when nothing is readable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except (OSError, ValueError):
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        data = os.read(fd, MAX_BYTES + 1)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    text = data.decode("utf-8", errors="replace")
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def is_loopback(host: str | None) -> bool:
@@ -115,19 +168,21 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
-def mask(text: str, key: str) -> str:
-    return text.replace(key, MASK) if key else text
+def mask(text: str, *keys: str) -> str:
+    for key in sorted((k for k in keys if k), key=len, reverse=True):
+        text = text.replace(key, MASK)
+    return text
 
 
 class Masked:
-    """A text stream that writes MASK in place of the key (SGLang's start-up log prints its ServerArgs)."""
+    """A text stream that writes MASK in place of the keys (SGLang's start-up log prints its ServerArgs)."""
 
-    def __init__(self, stream: TextIO, key: str) -> None:
+    def __init__(self, stream: TextIO, *keys: str) -> None:
         self._stream = stream
-        self._key = key
+        self._keys = keys
 
     def write(self, text: str) -> int:
-        self._stream.write(mask(text, self._key))
+        self._stream.write(mask(text, *self._keys))
         return len(text)
 
     def writelines(self, lines: Any) -> None:

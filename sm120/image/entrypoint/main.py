@@ -14,6 +14,7 @@ from pathlib import Path
 from . import (
     api_key,
     assemble,
+    environment,
     errors,
     helptext,
     invocation,
@@ -184,7 +185,17 @@ def _check_listen(cmd: options.Command) -> None:
     preflight.check_port(host.value, int(port.value), what)
 
 
+def _learn_secrets(argv: list[str], environ: Mapping[str, str]) -> None:
+    """Every secret this process can know, into errors.SECRETS before any check can show a value: the key files'
+    contents, the values after an option argparse would read as a key option, the keys held in plain variables."""
+    for value in api_key.secrets(environ, argv):
+        errors.SECRETS.add(value)
+    for name in environment.secret_variables(environ):
+        errors.SECRETS.add(environ[name])
+
+
 def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
+    _learn_secrets(argv, environ)
     try:
         loaded: presets.Presets | None = presets.load(environ)
         plan_error: UsageError | None = None
@@ -225,10 +236,11 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         except OSError as exc:
             raise ImageError(f"cannot start {final[0]}: {exc.strerror or exc}") from None
 
+    environment.check(environ, spec)  # a typo'd variable, a key in a variable: before anything else reads them
     preflight.visible_devices(environ)  # the string alone (a GPU named twice): --dry-run checks it too
     cmd = assemble.build(spec, request.mode, environ, request.sglang_args, log)
-    key = api_key.apply(cmd, environ, log)  # first: the checks below show values, and a key is never shown
     installed = sglang_source.locate()
+    keys = api_key.apply(cmd, environ, log, installed)  # first: the checks below show values, never a key
     options.check_spelling(cmd, installed.options() if installed else (), installed.version if installed else None)
     effective = assemble.effective(cmd, spec, request.mode, log)
     port = cmd.last("--port")
@@ -268,20 +280,36 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         _emit("".join(f"{line}\n" for line in lines))
         return 0
 
-    if key is not None:
+    exec_env = dict(cmd.env)
+    if keys:
         final = api_key.exec_argv(final[0], cmd)
+        exec_env.update(keys.launcher_env())
     log.flush(sys.stderr)
-    sys.stderr.write(f"[entrypoint] exec {_shell_line(final, cmd.env)}\n")
+    sys.stderr.write(f"[entrypoint] exec {_shell_line(final, exec_env)}\n")
     sys.stderr.flush()
     sys.stdout.flush()
     try:
-        os.execve(final[0], final, {**environ, **cmd.env})
+        os.execve(final[0], final, {**environ, **exec_env})
     except OSError as exc:
         raise ImageError(f"cannot start {final[0]}: {exc.strerror or exc}") from None
     return 1  # not reached
 
 
 def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
+    """The entrypoint; everything it writes goes through errors.Redacted (the one redaction step)."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = errors.Redacted(sys.stdout), errors.Redacted(sys.stderr)  # type: ignore[assignment]
+    try:
+        return _main(argv, environ)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        sys.stdout, sys.stderr = streams
+        errors.SECRETS.clear()
+
+
+def _main(argv: list[str], environ: Mapping[str, str] | None) -> int:
     log = Log()
     try:
         return _run(list(argv), dict(os.environ) if environ is None else environ, log)
@@ -300,6 +328,6 @@ def main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
         while tb is not None and tb.tb_next is not None:
             tb = tb.tb_next
         where = f" at {Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}" if tb is not None else ""
-        text = errors.one_line(f"{type(exc).__name__}: {exc}")[:300]
+        text = errors.clip(errors.one_line(f"{type(exc).__name__}: {exc}"), 300)
         sys.stderr.write(f"entrypoint: internal error{where}: {text} (please report it)\n")
         return 1

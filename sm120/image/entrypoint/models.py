@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError, long_number, show
+from .errors import UsageError, clip, long_number, show
 from .options import Item
 
 # A Hugging Face repo id ("org/name") that is not a local path: SGLang downloads it; nothing to check here.
@@ -129,7 +129,7 @@ def _read_config(config_file: Path, item: Item) -> dict[str, Any]:
     except RecursionError:
         raise UsageError(f"{label}: config.json is nested too deeply to be a model's config") from None
     except ValueError as exc:  # a number longer than int() converts (json raises a bare ValueError for it)
-        where = long_number(data.decode("utf-8", errors="replace")) or str(exc)[:120]
+        where = long_number(data.decode("utf-8", errors="replace")) or clip(str(exc), 120)
         raise UsageError(f"{label}: config.json is not a model's config ({where})") from None
     if not isinstance(config, dict):
         raise UsageError(

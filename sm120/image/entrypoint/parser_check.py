@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import Log, UsageError, suggest
+from .errors import Log, UsageError, redact, suggest
 from .options import Command, canonical
 
 SCRIPT = Path(__file__).with_name("_parse_in_sglang.py")
@@ -84,6 +84,7 @@ def check(cmd: Command, found: bool, environ: Mapping[str, str], log: Log, relie
     if result.get("status") == "rejected":
         error = str(result.get("error", "")).strip()
         culprit = _culprit(cmd, error)
+        error = redact(error)  # before the cut: a piece of a secret is no longer one
         short = error if len(error) <= 200 else error[:196] + " ..."
         hint = _unknown_hint(error, list(result.get("options") or []))
         raise UsageError(

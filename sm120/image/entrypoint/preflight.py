@@ -26,6 +26,8 @@ from .invocation import program_on_path
 from .models import first_blocked
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
+NVML_VARIABLE = "SM120_NVML_LIBRARY"  # another NVML library (tests: none, so a stand-in nvidia-smi decides)
+VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 SHM_WARN_BYTES = 1 << 30  # 1 GiB
 NO_GPU_HINT = "run the container with --gpus all (the NVIDIA Container Toolkit must be set up on the host)"
 
@@ -132,7 +134,7 @@ def _nvidia_smi(environ: Mapping[str, str]) -> list[Gpu] | None:
 def visible_gpus(environ: Mapping[str, str]) -> list[Gpu]:
     """The GPUs SGLang will see, through NVML, else nvidia-smi; narrowed by CUDA_VISIBLE_DEVICES."""
     try:
-        gpus = _nvml(environ.get("SM120_NVML_LIBRARY") or NVML_LIBRARY)
+        gpus = _nvml(environ.get(NVML_VARIABLE) or NVML_LIBRARY)
         if gpus is None:
             gpus = _nvidia_smi(environ)
     except ProbeFailed as exc:
@@ -142,8 +144,8 @@ def visible_gpus(environ: Mapping[str, str]) -> list[Gpu]:
     wanted = visible_devices(environ)
     if wanted is not None:
         if not wanted:
-            visible = environ.get("CUDA_VISIBLE_DEVICES", "")
-            raise UsageError(f"CUDA_VISIBLE_DEVICES={show(visible)} hides every GPU", "unset it, or list GPU indices")
+            visible = environ.get(VISIBLE_DEVICES, "")
+            raise UsageError(f"{VISIBLE_DEVICES}={show(visible)} hides every GPU", "unset it, or list GPU indices")
         if all(w.isdigit() for w in wanted):
             by_index = {g.index: g for g in gpus}
             gpus = [by_index[int(w)] for w in wanted if int(w) in by_index]
@@ -155,7 +157,7 @@ def visible_gpus(environ: Mapping[str, str]) -> list[Gpu]:
 def visible_devices(environ: Mapping[str, str]) -> list[str] | None:
     """CUDA_VISIBLE_DEVICES's entries, checked as a string only (no GPU is probed, so --dry-run checks it too):
     None when unset; [] when it hides every GPU (refused by visible_gpus, when starting: a dry run needs none)."""
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    visible = environ.get(VISIBLE_DEVICES)
     if visible is None:
         return None
     wanted = [v.strip() for v in visible.split(",") if v.strip()]

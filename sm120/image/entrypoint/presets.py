@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import spec
-from .errors import ImageError, UsageError, long_number, show
+from .errors import ImageError, UsageError, clip, long_number, show
+
+VARIABLE = "SM120_PLAN"
 
 
 @dataclass(frozen=True)
@@ -25,9 +27,9 @@ class Presets:
 
 def load(environ: Mapping[str, str]) -> Presets:
     """The presets from $SM120_PLAN (a user mistake: exit 2) or the image's own plan (a broken image: exit 1)."""
-    chosen = environ.get("SM120_PLAN", "").strip()
+    chosen = environ.get(VARIABLE, "").strip()
     path = Path(chosen or spec.PLAN_JSON_PATH)
-    label = f"SM120_PLAN={show(chosen)}" if chosen else f"the image's plan {path}"
+    label = f"{VARIABLE}={show(chosen)}" if chosen else f"the image's plan {path}"
     error = UsageError if chosen else ImageError
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would hold the entrypoint forever
@@ -46,4 +48,4 @@ def load(environ: Mapping[str, str]) -> Presets:
     except spec.SpecError as exc:
         raise error(f"{label}: {exc}", "expected the output of `build.py plan --json`") from None
     except ValueError as exc:  # a number longer than int() converts: json raises a bare ValueError
-        raise error(f"{label}: not a plan ({long_number(text) or str(exc)[:120]})") from None
+        raise error(f"{label}: not a plan ({long_number(text) or clip(str(exc), 120)})") from None

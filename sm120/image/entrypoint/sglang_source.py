@@ -5,6 +5,7 @@
   the file), whether this image applied the patch or upstream already has it.
 - `registered(name)`: whether a model architecture is in SGLang's model registry (an `EntryClass` of a module
   under sglang/srt/models).
+- `knows_option(option)`: whether the parser has that option (options(), else ServerArgs' field of its name).
 - `options()`: every option string SGLang's CLI parser knows (`add_argument("--...")` in srt/server_args.py),
   so an abbreviation is refused before the GPU checks, which need the values SGLang will really read. Empty
   where the parser is built another way (0.5.23 makes its options from ServerArgs' dataclass fields): then
@@ -100,6 +101,16 @@ class InstalledSGLang:
             # A parser assembled some other way (a loop, a helper): these are then not all of its options.
             self._options = frozenset(found) if {"--model-path", "--tp-size", "--port"} <= found else frozenset()
         return self._options
+
+    def knows_option(self, option: str) -> bool:
+        """Whether SGLang's CLI parser has `option`: in options(), or, where those cannot be read (0.5.23 makes its
+        options from ServerArgs' dataclass fields), a field of that name in srt/server_args.py."""
+        options = self.options()
+        if options:
+            return option in options
+        dest = option.lstrip("-").replace("-", "_")
+        text = self._read(self.package / "srt" / "server_args.py") or ""
+        return re.search(rf"^\s+{re.escape(dest)}\s*:", text, re.M) is not None
 
     def quantization_methods(self) -> frozenset[str]:
         """The names SGLang's QUANTIZATION_METHODS takes (srt/layers/quantization/__init__.py: the keys of the

@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 import testinfra
 
-from sm120 import image_plan, labels
 from sm120.errors import UsageError
-from sm120.plan_types import Plan
+from sm120.plan import image_plan, labels
+from sm120.plan.plan_types import Plan
 from sm120.verify import docker_env, report
 from sm120.verify.startup_probe import MARK
 

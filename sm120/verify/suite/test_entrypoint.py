@@ -11,7 +11,7 @@ import pytest
 
 from sm120.image.entrypoint.spec import PLAN_JSON_PATH
 from sm120.verify import docker_env, model_configs, startup
-from sm120.verify.suite.conftest import entrypoint
+from sm120.verify.suite.conftest import entrypoint, plan_of_image
 
 MODELS = "/tmp/sm120-verify/models"
 TARGET, DRAFT = f"{MODELS}/target", f"{MODELS}/draft"
@@ -45,9 +45,16 @@ def _command(stdout: str) -> list[str]:
 _value = startup.option_value
 
 
-@pytest.mark.parametrize("mode", ["baseline", "eagle3"])
+def _modes() -> list[str]:
+    """The image's own modes (its plan.json): every mode it serves is dry-run."""
+    plan = plan_of_image()
+    return list(plan.entrypoint.modes) if plan else []
+
+
+@pytest.mark.parametrize("mode", _modes())
 def test_dry_run_prints_the_sglang_command(mode: str, box, image, expect, models, baked_plan):
-    env = dict(models) if mode == "eagle3" else {"MODEL_PATH": models["MODEL_PATH"]}
+    preset = baked_plan["entrypoint"]["modes"][mode]
+    env = dict(models) if preset["draft"] else {"MODEL_PATH": models["MODEL_PATH"]}
     rc, stdout, stderr = entrypoint(box, image, [mode, "--dry-run"], env)
     assert rc == 0, f"{mode} --dry-run exited {rc}: {stderr.strip()[-500:]}"
     assert f"accepted by SGLang {expect.sglang}'s own parser" in stdout, (
@@ -56,8 +63,7 @@ def test_dry_run_prints_the_sglang_command(mode: str, box, image, expect, models
     argv = _command(stdout)
     assert _value(argv, "--model-path") == TARGET
     assert _value(argv, "--port") in (None, str(expect.port))
-    preset = baked_plan["entrypoint"]["modes"][mode]
-    if mode == "eagle3":
+    if preset["draft"]:
         assert _value(argv, "--speculative-algorithm") == "EAGLE3"
         assert _value(argv, "--speculative-draft-model-path") == DRAFT
         for key, option in [
@@ -236,7 +242,7 @@ import atexit, json, os, sys
 
 
 def _sm120_watch():
-    path, out = os.environ.get("API_KEY_FILE"), os.environ.get("SM120_WATCH_OUT")
+    path, out = os.environ.get("API_KEY_FILE"), os.environ.get("KEY_WATCH_OUT")
     if not path or not out or not any(a.startswith("--api-key=") for a in sys.argv):
         return
     with open(path) as f:
@@ -274,7 +280,7 @@ def test_a_real_start_hands_the_key_to_sglang_only_inside_its_process(box, image
         "PATH": f"{work}/bin:{image.env.get('PATH', '/usr/bin:/bin')}",
         "PYTHONPATH": f"{work}/py",
         "SM120_NVML_LIBRARY": f"{work}/no-libnvidia-ml.so.1",
-        "SM120_WATCH_OUT": f"{work}/watch.json",
+        "KEY_WATCH_OUT": f"{work}/watch.json",
     }
     rc, stdout, stderr = entrypoint(box, image, ["baseline"], env)
     assert KEY not in stdout + stderr, "the key was printed"

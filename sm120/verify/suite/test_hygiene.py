@@ -51,6 +51,8 @@ def test_runs_as_the_labelled_non_root_user(image, expect, host):
     )
     assert host.check_output("id -un") == expect.user, f"the image's user is not {expect.user}"
     assert host.check_output("id -u") != "0"
+    # Numeric (USER 1000), so Kubernetes' runAsNonRoot can check it without the image's /etc/passwd.
+    assert image.user.split(":")[0].isdigit(), f"the image's USER is {image.user!r}, not a numeric uid"
 
 
 def test_no_world_writable_files_outside_shared_directories(scan):

@@ -8,7 +8,7 @@ import re
 import pytest
 from packaging.version import Version
 
-from sm120 import labels
+from sm120.plan import labels
 from sm120.verify import docker_env
 from sm120.verify.behaviour import (
     INKLING_OFF,
@@ -92,7 +92,7 @@ def test_torch_is_the_labelled_cuda_build(probe, expect):
 
 def test_sgl_kernel_is_the_labelled_distribution(probe, expect):
     """The public version, and the local part (upstream's `+cu130` build) where the label pins one
-    (sm120.labels.is_labelled_version)."""
+    (sm120.plan.labels.is_labelled_version)."""
     rec = probe["packages"]["sgl_kernel"]
     assert rec["dist_version"] is not None, f"{expect.sgl_kernel_package} is not installed"
     assert labels.is_labelled_version(rec["dist_version"], expect.sgl_kernel), (

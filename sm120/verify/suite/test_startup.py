@@ -36,7 +36,8 @@ from typing import Any
 
 import pytest
 
-from sm120 import image_plan as image_plan_mod
+from sm120.plan.config import Sm120Trap
+from sm120.plan.plan_types import Plan
 from sm120.verify import docker_env, persona, startup
 from sm120.verify.suite.conftest import REPORT, entrypoint, last_json, plan_of_image
 
@@ -45,6 +46,11 @@ MODELS = f"{WORK}/models"
 PROBE = Path(startup.__file__).with_name("startup_probe.py")
 DEVICES = 8  # TP 8: the reference run's eight cards
 REFUSED: dict[str, str] = {}  # case -> the entrypoint's error, where it refuses the case's drafter
+
+
+def _traps(plan: Plan) -> list[Sm120Trap]:
+    """The sm_120 traps the image was built with (build.toml [[sm120_traps]], carried in its plan)."""
+    return [Sm120Trap.model_validate(trap) for trap in plan.sm120_traps]
 
 
 def _cases() -> list[str]:
@@ -288,7 +294,7 @@ def test_no_decision_lands_on_an_sm120_trap(case: str, server_args, expect, plan
     rec = server_args["cases"].get(case) or {}
     if "settings" not in rec:
         pytest.skip(f"{case}: SGLang made no decisions (see test_sglang_accepts_the_entrypoints_command)")
-    traps = image_plan_mod.traps(plan)  # the traps the image carries (build.toml's, in its plan.json)
+    traps = _traps(plan)  # the traps the image carries (build.toml's, in its plan.json)
     hits = startup.trap_hits(traps, expect.sglang, {case: startup.decisions(rec)})
     assert not hits, " | ".join(hit.message(expect.sglang) for hit in hits)
 
@@ -304,7 +310,7 @@ def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect
     decided = startup.decisions(rec)
     blind = [
         trap
-        for trap in image_plan_mod.traps(plan)
+        for trap in _traps(plan)
         if trap.applies(expect.sglang, decided.get("quantization"), decided.get("draft_attention"))
         and not set(trap.settings) & set(decided)
     ]

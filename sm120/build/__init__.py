@@ -1,0 +1,1 @@
+"""The image build: bases, build context, buildx, digests, image references, the Docker Engine, the SBOM."""

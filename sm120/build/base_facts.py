@@ -1,0 +1,186 @@
+"""The release bases' facts (docker/base/release-facts.toml) and their check on an image.
+
+`load(config)` reads the facts with their placeholders filled from build.toml; `check(client, image, flavour,
+facts)` runs every fact that applies to that base ("devel" or "runtime") against an image and returns one
+`Outcome` per fact: held, broken (with what was found), or not reproduced offline (with the file's reason).
+`build.py base` checks the offline bases after making them; tests/image_meta/test_base_facts.py checks each fact.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from sm120.errors import UsageError
+from sm120.plan import ROOT
+from sm120.plan.plan_types import cuda_minor
+
+if TYPE_CHECKING:
+    from sm120.plan.config import Config
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+FACTS_FILE = ROOT / "docker" / "base" / "release-facts.toml"
+Flavour = Literal["devel", "runtime"]
+KINDS = {"symlink", "resolves", "dir", "file", "absent", "no_command", "user", "env", "entrypoint", "library", "python"}
+
+
+@dataclass(frozen=True)
+class Fact:
+    id: str
+    images: tuple[str, ...]
+    kind: str
+    fields: dict[str, Any]
+    why: str
+    source: str
+    offline: str | None  # why the offline bases cannot reproduce it; None = they must
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields[key]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    fact: Fact
+    status: Literal["held", "broken", "not reproduced"]
+    detail: str = ""
+
+
+def _fill(value: Any, names: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return value.format(**names)
+    if isinstance(value, list):
+        return [_fill(v, names) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, names) for k, v in value.items()}
+    return value
+
+
+def load(config: Config, path: Path = FACTS_FILE) -> list[Fact]:
+    names = {"cuda": cuda_minor(config.cuda.version), "cuda_version": config.cuda.version}
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path.name}: cannot read the facts ({exc})") from None
+    facts = []
+    for i, entry in enumerate(raw.get("facts", [])):
+        entry = dict(entry)
+        try:
+            fact_id = entry.pop("id")
+            kind = entry.pop("kind")
+            images = tuple(entry.pop("images"))
+            why = entry.pop("why")
+            source = entry.pop("source")
+        except KeyError as exc:
+            raise UsageError(f"{path.name}: facts.{i} has no {exc.args[0]!r}") from None
+        if kind not in KINDS:
+            raise UsageError(
+                f"{path.name}: facts.{i} ({fact_id}): kind {kind!r} is not one of {', '.join(sorted(KINDS))}"
+            )
+        if not set(images) <= {"devel", "runtime"}:
+            raise UsageError(f"{path.name}: facts.{i} ({fact_id}): images must be 'devel' and/or 'runtime'")
+        offline = entry.pop("offline", None)
+        facts.append(Fact(fact_id, images, kind, _fill(entry, names), why, source, offline))
+    return facts
+
+
+def shell_probe(fact: Fact) -> str | None:
+    """A /bin/sh line that prints what the base has for this fact (None: read from the image's config)."""
+    q = shlex.quote
+    kind = fact.kind
+    if kind == "symlink":
+        return f"if [ -L {q(fact['path'])} ]; then readlink {q(fact['path'])}; else echo '(not a link)'; fi"
+    if kind == "resolves":
+        return f"readlink -f {q(fact['path'])} || echo '(does not resolve)'"
+    if kind == "dir":
+        path = q(fact["path"])
+        return (
+            f"if [ -d {path} ] && [ ! -L {path} ]; then echo dir; elif [ -L {path} ]; then echo link; "
+            "else echo missing; fi"
+        )
+    if kind == "file":
+        return f"if [ -f {q(fact['path'])} ]; then echo file; else echo missing; fi"
+    if kind == "absent":
+        return f"if [ -e {q(fact['path'])} ] || [ -L {q(fact['path'])} ]; then echo present; else echo absent; fi"
+    if kind == "no_command":
+        return f"command -v {q(fact['command'])} || echo absent"
+    if kind == "user":
+        return f"getent passwd {q(fact['name'])} || echo missing"
+    if kind == "library":
+        return f"ldconfig -p | grep -F -q {q(fact['soname'] + ' ')} && echo found || echo missing"
+    if kind == "python":
+        return "python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null || echo none"
+    return None
+
+
+def judge(fact: Fact, found: str, image_config: dict[str, Any]) -> tuple[bool, str]:
+    """(held?, what was found) for a fact, given the probe's output and the image's configuration."""
+    found = found.strip()
+    kind = fact.kind
+    if kind == "symlink":
+        return found == fact["target"], f"link to {found!r}" if found != "(not a link)" else found
+    if kind == "resolves":
+        return found == fact["to"], f"resolves to {found!r}"
+    if kind == "dir":
+        return found == "dir", found
+    if kind == "file":
+        return found == "file", found
+    if kind == "absent":
+        return found == "absent", found
+    if kind == "no_command":
+        return found == "absent", f"on PATH: {found}" if found != "absent" else found
+    if kind == "user":
+        parts = found.split(":")
+        if len(parts) < 6:
+            return False, "no such account"
+        want = (fact["name"], str(fact["uid"]), str(fact["gid"]), fact["home"])
+        have = (parts[0], parts[2], parts[3], parts[5])
+        return have == want, f"{parts[0]} uid {parts[2]} gid {parts[3]} home {parts[5]}"
+    if kind == "library":
+        return found == "found", found
+    if kind == "python":
+        return found == fact["version"], f"python3 {found}"
+    if kind == "env":
+        env = dict(item.split("=", 1) for item in image_config.get("Env") or [] if "=" in item)
+        have = env.get(fact["name"])
+        return have == fact["value"], f"{fact['name']}={have!r}"
+    if kind == "entrypoint":
+        have = image_config.get("Entrypoint") or []
+        return list(have) == list(fact["value"]), f"ENTRYPOINT {have!r}"
+    raise AssertionError(kind)
+
+
+def check(client: Any, image: str, flavour: Flavour, facts: list[Fact]) -> list[Outcome]:
+    """Every fact for this flavour of base, checked on `image` (one short-lived container, no network)."""
+    mine = [f for f in facts if flavour in f.images]
+    image_config = client.images.get(image).attrs.get("Config") or {}
+    probes = {f.id: shell_probe(f) for f in mine if f.offline is None}
+    marker = "@@fact "
+    script = "; ".join(f"echo {shlex.quote(marker + fid)}; {probe}" for fid, probe in probes.items() if probe)
+    out = ""
+    if script:
+        out = client.containers.run(
+            image, ["-c", script], entrypoint=["/bin/sh"], user="root", network_disabled=True, remove=True
+        ).decode(errors="replace")
+    found: dict[str, str] = {}
+    current = None
+    for line in out.splitlines():
+        if line.startswith(marker):
+            current = line[len(marker) :]
+            found[current] = ""
+        elif current is not None:
+            found[current] += line + "\n"
+    outcomes = []
+    for fact in mine:
+        if fact.offline is not None:
+            outcomes.append(Outcome(fact, "not reproduced", fact.offline))
+            continue
+        held, detail = judge(fact, found.get(fact.id, ""), image_config)
+        outcomes.append(Outcome(fact, "held" if held else "broken", detail))
+    return outcomes

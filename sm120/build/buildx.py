@@ -1,0 +1,236 @@
+"""`docker buildx build`, driven from Python: BuildKit's own progress output, and on failure one line naming
+the stage (and the patch, when the patch step failed).
+
+The docker SDK's build API drives the classic builder only (no secrets, no cache mounts), so BuildKit is
+reached through the buildx CLI plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sm120.errors import CheckFailed, UsageError
+
+# Where the host keeps the CA bundle that pip should trust inside RUN steps (a TLS-intercepting proxy's CA
+# is in it on some machines). Passed as a BuildKit secret: used during the build, never stored in a layer.
+_CA_CANDIDATES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+_CA_DEFAULT = Path("/etc/ssl/certs/ca-certificates.crt")
+
+# Plain progress, on failure: " > [flash-attn 4/6] RUN ...:".
+_FAILED = re.compile(r"^(?:ERROR: .*)?\s*> \[(?P<stage>[\w.-]+)(?: (?P<n>\d+)/(?P<m>\d+))?\] (?P<what>.*?):?$")
+# The patch step's own error line (sm120/image/patch_engine.py in the build; `build.py patches` on the host).
+_PATCH_LINE = re.compile(r"(?:build\.py patches|patch_engine): (?:failed|error): (?P<msg>.*)$")
+
+
+@dataclass
+class BuildRequest:
+    context: Path
+    dockerfile: Path
+    tags: Sequence[str] = ()
+    target: str | None = None
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cache_from: Sequence[str] = ()
+    cache_to: Sequence[str] = ()
+    push: bool = False
+    # Push the image under its digest only (no tag moves): `tags` name the repositories; a verified digest is
+    # tagged afterwards (docker buildx imagetools create), so a broken build never replaces a good tag.
+    push_by_digest: bool = False
+    load: bool = True
+    sbom: bool = False
+    provenance: bool = False
+    metadata_file: Path | None = None
+    progress: str = "plain"
+    extra_secrets: Mapping[str, Path] = field(default_factory=dict)
+
+
+def ca_bundle() -> Path | None:
+    for name in _CA_CANDIDATES:
+        value = os.environ.get(name)
+        if value and Path(value).is_file():
+            return Path(value)
+    return _CA_DEFAULT if _CA_DEFAULT.is_file() else None
+
+
+def ensure_buildx() -> list[str]:
+    """The command prefix for BuildKit builds, or a UsageError that says how to get buildx."""
+    docker = shutil.which("docker")
+    if docker is None:
+        raise UsageError("docker is not on PATH: install the Docker CLI (./dev setup does)")
+    probe = subprocess.run([docker, "buildx", "version"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        raise UsageError(
+            "docker buildx is missing: run ./dev setup (installs the docker-buildx CLI plugin) "
+            "or install buildx from your Docker distribution"
+        )
+    return [docker, "buildx", "build"]
+
+
+def command(req: BuildRequest) -> list[str]:
+    cmd = ensure_buildx()
+    cmd += ["--progress", req.progress, "--file", str(req.dockerfile)]
+    if req.target:
+        cmd += ["--target", req.target]
+    if not req.push_by_digest:
+        for tag in req.tags:
+            cmd += ["--tag", tag]
+    for key, value in req.build_args.items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    for key, value in req.labels.items():
+        cmd += ["--label", f"{key}={value}"]
+    for spec in req.cache_from:
+        cmd += ["--cache-from", spec]
+    for spec in req.cache_to:
+        cmd += ["--cache-to", spec]
+    bundle = ca_bundle()
+    if bundle is not None:
+        cmd += ["--secret", f"id=ca_bundle,src={bundle}"]
+    for sid, src in req.extra_secrets.items():
+        cmd += ["--secret", f"id={sid},src={src}"]
+    if req.sbom:
+        cmd += ["--sbom=true"]
+    if req.provenance:
+        cmd += ["--provenance=mode=max"]
+    if req.metadata_file is not None:
+        cmd += ["--metadata-file", str(req.metadata_file)]
+    if req.push_by_digest:
+        names = ",".join(sorted({repository(tag) for tag in req.tags}))
+        cmd += ["--output", f'type=image,"name={names}",push-by-digest=true,name-canonical=true,push=true']
+    elif req.push:
+        cmd += ["--push"]
+    elif req.load:
+        cmd += ["--load"]
+    cmd.append(str(req.context))
+    return cmd
+
+
+def repository(reference: str) -> str:
+    """`registry/name` of an image reference, without its tag or digest."""
+    name = reference.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+def pushed_digest(metadata_file: Path) -> str:
+    """The image digest buildx wrote to its metadata file (`containerimage.digest`)."""
+    try:
+        digest = json.loads(metadata_file.read_text(encoding="utf-8")).get("containerimage.digest", "")
+    except (OSError, ValueError) as exc:
+        raise CheckFailed(f"cannot read buildx's metadata file {metadata_file}: {exc}") from None
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", str(digest)):
+        raise CheckFailed(f"buildx's metadata file {metadata_file} has no image digest (containerimage.digest)")
+    return str(digest)
+
+
+def failure_summary(lines: Iterable[str]) -> str:
+    """One line naming the failed stage and step (and patch), from BuildKit's plain output."""
+    failed: re.Match[str] | None = None
+    patch_msg: str | None = None
+    for line in lines:
+        m = _FAILED.match(line)
+        if m:
+            failed = m
+        p = _PATCH_LINE.search(line)
+        if p:
+            patch_msg = p.group("msg").strip()
+    if failed is None:
+        return "the build failed before any stage ran (see BuildKit's output above)"
+    stage = failed.group("stage")
+    where = f"stage '{stage}'"
+    if failed.group("n"):
+        where += f" step {failed.group('n')}/{failed.group('m')}"
+    what = failed.group("what").strip()
+    if len(what) > 100:
+        what = what[:97] + "..."
+    summary = f"{where} failed: {what}"
+    if patch_msg:
+        summary += f" | {patch_msg}"
+    return summary
+
+
+STOP_GRACE_S = 15.0  # after Ctrl-C or SIGTERM: how long buildx gets to cancel the build before it is killed
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI runner cancelling the job): handled as Ctrl-C is, exit 143."""
+
+    exit_code = 143
+    what = "terminated (SIGTERM)"
+
+
+def run(req: BuildRequest, *, echo: bool = True) -> None:
+    """Run the build, streaming BuildKit's output; raise CheckFailed with the failed stage on error.
+
+    Ctrl-C (which reaches buildx too: the terminal's foreground group) and SIGTERM (sent to this process alone; it
+    raises Terminated, exit 143) cancel the build: buildx is sent SIGINT and is killed if it has not ended within
+    STOP_GRACE_S (at once on another Ctrl-C), so no build goes on after build.py has ended."""
+    import signal
+    import threading
+
+    cmd = command(req)
+    env = dict(os.environ, DOCKER_BUILDKIT="1", BUILDKIT_PROGRESS=req.progress)
+    tail: deque[str] = deque(maxlen=4000)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main else None
+    try:
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env, bufsize=1
+        ) as proc:
+            assert proc.stdout is not None
+            try:
+                _show(proc.stdout, tail, echo)
+                code = proc.wait()
+            except KeyboardInterrupt:
+                _cancel(proc, tail, echo)
+                raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    if code != 0:
+        raise CheckFailed(failure_summary(tail))
+
+
+def _show(lines: Iterable[str], tail: deque[str], echo: bool) -> None:
+    for line in lines:
+        tail.append(line.rstrip("\n"))
+        if echo:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+
+def _cancel(proc: subprocess.Popen, tail: deque[str], echo: bool) -> None:
+    """buildx cancels the build on SIGINT or SIGTERM (a terminal's Ctrl-C sent it one already; a third one makes it
+    exit at once). What it prints meanwhile is still read (a full pipe would hold it up); after STOP_GRACE_S, or on
+    another Ctrl-C, it is killed."""
+    import contextlib
+    import signal
+    import threading
+
+    proc.send_signal(signal.SIGINT)  # nothing when it has ended
+
+    def drain() -> None:
+        with contextlib.suppress(Exception):  # a closed pipe or stdout: nothing more to show
+            _show(proc.stdout, tail, echo)  # type: ignore[arg-type]
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        proc.kill()
+        proc.wait()
+    reader.join(timeout=2)

@@ -1,1 +1,0 @@
-"""One module per `build.py` subcommand; each exposes `register(subparsers)`."""

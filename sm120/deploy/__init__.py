@@ -1,0 +1,1 @@
+"""Deployment manifests written from the plan: a kustomization for Kubernetes (`kubernetes`)."""

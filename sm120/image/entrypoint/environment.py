@@ -1,0 +1,179 @@
+"""The container's environment against the variables the image reads: no silent typo, no key in plain sight.
+
+Before anything loads (also with --dry-run; not for --help, a tool or a program run instead of SGLang), every variable
+of the environment is judged, in this order:
+
+1. A key in a variable: a name that is, or is one edit from, a key file variable without its _FILE (API_KEY,
+   ADMIN_API_KEY), alone or in SGLang's namespace (SGLANG_API_KEY, SGLANG_ADMIN_API_KEY: SGLang's server reads
+   neither, it takes keys as options only), in any case and with or without underscores: exit 2, naming the file
+   variable to use instead; the value is never shown (errors.SECRETS holds it from the start).
+2. What a container normally carries passes, whatever it resembles (PASS_NAMES, PASS_PREFIXES, Kubernetes'
+   service variables): Docker's, NVIDIA's and CUDA's, NCCL's, Hugging Face's, SGLang's own SGLANG_* (their names
+   are SGLang's to choose: one that resembles ours is still SGLang's), Python's, the locale, LWS_*, torch's, Triton's,
+   OpenMP's, tini's, and the ones the image's Dockerfile sets.
+3. A near miss of a variable the image reads (read_by_image): the same name in another case, with an underscore
+   (or a hyphen) more or less, or one letter missing, extra, changed or swapped with its neighbour; or, for longer
+   names, one difflib finds as close (ratio >= CLOSE_RATIO): exit 2 naming both.
+4. A name in one of the image's own namespaces (OUR_PREFIXES: SM120_, SPEC_, DRAFT_, API_KEY, ADMIN_API_KEY) that
+   is not one of its variables: exit 2, naming the closest variable of that namespace.
+
+Anything else passes: a variable the image does not read and that resembles none of its own is someone else's.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+
+from ..allreduce.report import ENV as SYMM_MEM_VARIABLE
+from . import key_file, preflight, presets
+from .assemble import VARIABLES
+from .errors import UsageError
+from .spec import EntrypointSpec
+
+# The image's own namespaces: a name there that is not one of its variables is a mistake.
+OUR_PREFIXES = ("SM120_", "SPEC_", "DRAFT_", "API_KEY", "ADMIN_API_KEY")
+# What a container carries that the image does not read, and that must never be refused.
+PASS_NAMES = frozenset(
+    {
+        # Docker, a shell, podman, the Linux login environment
+        *("HOSTNAME", "HOME", "PATH", "TERM", "PWD", "OLDPWD", "SHLVL", "USER", "LOGNAME", "SHELL", "MAIL", "_"),
+        *("container", "TZ", "TMPDIR", "TMP", "TEMP", "COLUMNS", "LINES", "LANG", "LANGUAGE"),
+        *("http_proxy", "https_proxy", "no_proxy", "ftp_proxy", "all_proxy"),
+        *("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY"),
+        # the image's Dockerfile and its CUDA base image
+        *("VIRTUAL_ENV", "DEBIAN_FRONTEND", "NVARCH"),
+        # compilers and the JIT builds' knobs, torch.distributed's launchers
+        *("CC", "CXX", "CPATH", "LIBRARY_PATH", "MAX_JOBS"),
+        *("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"),
+    }
+)
+PASS_PREFIXES = (
+    *("NVIDIA_", "NV_", "CUDA_", "CUDNN_", "CUBLAS_", "NCCL_", "NVSHMEM_", "GLOO_", "UCX_", "MOONCAKE_"),
+    *("HF_", "HUGGINGFACE_", "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZERS_", "SAFETENSORS_"),
+    *("SGLANG_", "SGL_", "FLASHINFER_", "TVM_", "DG_", "TRITON_", "TORCH", "PYTORCH_"),
+    *("PYTHON", "PIP_", "UV_", "LC_", "XDG_", "LD_", "SSL_", "REQUESTS_", "CURL_", "MALLOC_", "GRPC_", "OTEL_"),
+    *("OMP_", "MKL_", "KMP_", "OPENBLAS_", "LWS_", "KUBERNETES_", "DOCKER_", "TINI_"),
+)
+# Kubernetes' service variables: NAME_SERVICE_HOST, NAME_SERVICE_PORT[_PORTNAME], NAME_PORT[_30000_TCP[_ADDR...]].
+_SERVICE = re.compile(r"[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT|PORT)(_[A-Z0-9_]+)?")
+CLOSE_RATIO = 0.9  # difflib's ratio at which a name of CLOSE_MIN_CHARS or more is a near miss
+CLOSE_MIN_CHARS = 10
+EDIT_MIN_CHARS = 4  # one edit from a shorter name (HOST, PORT) is not a near miss: too many names are
+
+
+def read_by_image(spec: EntrypointSpec | None) -> frozenset[str]:
+    """Every variable the image reads, from where each is defined: assemble.VARIABLES (the table --help shows,
+    the key files included), the plan's variable (presets), the GPU probe's, the JIT cache directories
+    (preflight.CACHE_VARIABLES, the Dockerfile's ENV), the key files the launcher reads (key_file.FILES), the
+    symmetric-memory limit the torch-symm-mem-sm120 patch reads (allreduce.report.ENV) and the variables of the
+    image's runtime rules (the plan's: a variable set there overrides its rule)."""
+    names = {v.name for v in VARIABLES} | set(key_file.FILES) | {c.name for c in preflight.CACHE_VARIABLES}
+    names |= {presets.VARIABLE, preflight.NVML_VARIABLE, preflight.VISIBLE_DEVICES, SYMM_MEM_VARIABLE}
+    for rule in spec.runtime if spec is not None else ():
+        names |= set(rule.env)
+    return frozenset(names)
+
+
+def _norm(name: str) -> str:
+    """A name without case, underscores or hyphens: `tp_size`, `TPSIZE` and `TP-SIZE` are TP_SIZE."""
+    return re.sub(r"[^A-Z0-9]", "", name.upper())
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether a and b differ by one letter missing, extra or changed, or two neighbours swapped (or not at all)."""
+    if a == b:
+        return True
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        if len(diff) == 1:
+            return True
+        return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+    if abs(len(a) - len(b)) != 1:
+        return False
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+
+
+def _ratio(name: str, known: str) -> float:
+    return difflib.SequenceMatcher(None, name.upper(), known).ratio()
+
+
+def _closest(name: str, names: Iterable[str]) -> str:
+    return max(sorted(names), key=lambda known: _ratio(name, known))
+
+
+def resembles(name: str, known: Iterable[str]) -> str | None:
+    """The variable `name` is a near miss of (rule 3), or None."""
+    close = []
+    for other in known:
+        a, b = _norm(name), _norm(other)
+        edit = a == b or (len(b) >= EDIT_MIN_CHARS and _one_edit(a, b))
+        ratio = len(other) >= CLOSE_MIN_CHARS and _ratio(name, other) >= CLOSE_RATIO
+        if edit or ratio:
+            close.append(other)
+    return _closest(name, close) if close else None
+
+
+def _secret_files() -> dict[str, str]:
+    """The names of a key in plain sight -> the file variable to use instead: API_KEY -> API_KEY_FILE, ..."""
+    found = {}
+    for variable in key_file.FILES:
+        stem = variable.removesuffix("_FILE")
+        found[stem] = found["SGLANG_" + stem] = variable
+    return found
+
+
+def secret_file_for(name: str) -> str | None:
+    """The key file variable to use instead of `name`, where `name` holds a key in plain sight (rule 1)."""
+    stems = _secret_files()
+    for stem in sorted(stems, key=len, reverse=True):
+        if _norm(name) == _norm(stem) or _one_edit(_norm(name), _norm(stem)):
+            return stems[stem]
+    return None
+
+
+def passes(name: str) -> bool:
+    """What a container normally carries (rule 2): never refused."""
+    return name in PASS_NAMES or name.startswith(PASS_PREFIXES) or _SERVICE.fullmatch(name) is not None
+
+
+def problem(name: str, known: frozenset[str]) -> str | None:
+    """Why the variable `name` (not one the image reads) is refused, in one line; None when it passes."""
+    if name in known:
+        return None
+    file_variable = secret_file_for(name)
+    if file_variable is not None:
+        sglang = " (SGLang's server does not read it either)" if name.upper().startswith("SGLANG") else ""
+        return (
+            f"{name} holds a key in a variable, which `docker inspect` shows{sglang}: put the key in a file and "
+            f"set {file_variable} to its path (its value is not shown; see --help)"
+        )
+    if passes(name):
+        return None
+    close = resembles(name, known)
+    if close is not None:
+        return f"{name} is not a variable this image reads; it resembles {close} (a typo? --help lists the variables)"
+    prefix = next((p for p in OUR_PREFIXES if name.upper().startswith(p)), None)
+    if prefix is not None:
+        ours = [k for k in known if k.startswith(prefix)] or list(known)
+        return (
+            f"{name} is not a variable this image reads, though {prefix}* names are its own; it resembles "
+            f"{_closest(name, ours)} (--help lists the variables)"
+        )
+    return None
+
+
+def check(environ: Mapping[str, str], spec: EntrypointSpec | None) -> None:
+    """Exit 2 (UsageError) on the first variable, in name order, that problem() refuses."""
+    known = read_by_image(spec)
+    for name in sorted(environ):
+        why = problem(name, known)
+        if why is not None:
+            raise UsageError(why)
+
+
+def secret_variables(environ: Mapping[str, str]) -> list[str]:
+    """The variables that hold a key in plain sight (rule 1): their values go to errors.SECRETS first thing."""
+    return [name for name in environ if secret_file_for(name) is not None]

@@ -1,0 +1,93 @@
+"""The host side of the patch engine: pick each patch's variant for a release (PEP 440 ranges in build.toml), then
+run the engine (sm120/image/patch_engine.py, standard library only, the same code the image build runs) on the series.
+
+`resolve` turns build.toml's patches into the series for a release; `check` and `apply` take build.toml's patches,
+as `build.py patches` and the tests do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.utils import canonicalize_version
+from packaging.version import InvalidVersion, Version
+
+from sm120.image import patch_engine as engine
+from sm120.image.patch_engine import (  # the engine's data, for callers of this module
+    PatchFileError,
+    Result,
+    Status,
+    TreeError,
+    conflicts,
+    read_patch,
+    tree_version,
+)
+
+if TYPE_CHECKING:
+    from sm120.plan.config import Patch
+
+__all__ = [
+    "PatchFileError",
+    "Result",
+    "Status",
+    "TreeError",
+    "apply",
+    "check",
+    "conflicts",
+    "read_patch",
+    "resolve",
+    "tree_version",
+    "upstream_has",
+    "verify_tree",
+]
+
+
+def resolve(patches: Sequence[tuple[str, Patch]], version: str) -> list[engine.Resolved]:
+    """The series for `version`: each patch with the variant file that covers the release (or none)."""
+    out = []
+    for name, patch in patches:
+        variant = patch.variant_for(version)
+        out.append(
+            engine.Resolved(
+                name=name,
+                file=variant.file if variant is not None else None,
+                upstream=patch.upstream,
+                checks=tuple((c.path, tuple(c.patterns)) for c in patch.upstream_checks),
+                ranges="; ".join(v.versions for v in patch.variants),
+            )
+        )
+    return out
+
+
+def upstream_has(patch: Patch, tree: Path) -> bool:
+    """True when every upstream check of the patch holds on the tree (a check on the source, not on the version)."""
+    return engine.upstream_has([(c.path, c.patterns) for c in patch.upstream_checks], tree)
+
+
+def verify_tree(tree: Path, version: str) -> None:
+    """Refuse a tree that is not SGLang `version` (e.g. --source pointing at the wrong site-packages)."""
+    if not (tree / "sglang").is_dir():
+        raise TreeError(f"{tree}: no sglang/ package here; pass the site-packages folder that holds it")
+    found = tree_version(tree)
+    if found is None:
+        raise TreeError(f"{tree}: cannot tell which SGLang this is (no sglang-*.dist-info, no sglang/_version.py)")
+    try:
+        same = canonicalize_version(Version(found)) == canonicalize_version(Version(version))
+    except InvalidVersion:
+        same = False
+    if not same:
+        raise TreeError(f"{tree}: holds SGLang {found}, not {version}; pass --sglang {found} or the right tree")
+
+
+def check(tree: Path, version: str, patches: Sequence[tuple[str, Patch]], *, root: Path) -> list[Result]:
+    """What `apply` would do to `tree` (a release's source, site-packages layout); `tree` is not modified."""
+    verify_tree(tree, version)
+    return engine.check(tree, version, resolve(patches, version), root=root)
+
+
+def apply(tree: Path, version: str, patches: Sequence[tuple[str, Patch]], *, root: Path) -> list[Result]:
+    """Apply the patches to `tree` in place, all or nothing: on any CONFLICT nothing is written."""
+    verify_tree(tree, version)
+    return engine.apply(tree, version, resolve(patches, version), root=root)

@@ -1,0 +1,761 @@
+"""build.toml, loaded once into one typed, validated object.
+
+Every error names the file, the key and what is allowed, in one line (`UsageError`).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import stat
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from sm120.errors import UsageError, suggest
+from sm120.image.entrypoint import errors as entrypoint_errors
+from sm120.image.entrypoint.assemble import INTEGERS
+from sm120.image.entrypoint.errors import long_number
+from sm120.image.entrypoint.options import check_preset
+from sm120.image.entrypoint.spec import CONDITIONS, draft_tree_most
+from sm120.plan import ROOT
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+DEFAULT_CONFIG = ROOT / "build.toml"
+_FINAL = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+)?")  # a final release, what `track add` takes
+PORTS = INTEGERS["--port"]  # (lowest, highest): the image's entrypoint's bounds of a port, the one place they are
+
+_VERSION_RE = r"^\d+(\.\d+)*([a-z]+\d*)?$"
+
+
+class Strict(BaseModel):
+    # strict: no silent coercion ("4" or true where a number goes); allow_inf_nan: TOML's inf/nan are refused.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class Project(Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    title: str
+    description: str
+    licenses: str
+    image: str = Field(pattern=r"^[a-z0-9][a-z0-9._/-]*$")
+    # The published image's profile: its tags carry no profile suffix, and `plan` shows how another profile differs.
+    published_profile: str
+
+
+class Image(Strict):
+    user: str = Field(pattern=r"^[a-z_][a-z0-9_-]*$")
+    uid: int = Field(ge=1, le=65534)
+    cache_dir: str = Field(pattern=r"^/")
+    port: int = Field(ge=PORTS[0], le=PORTS[1])
+
+
+class Defaults(Strict):
+    sglang: str
+    profile: str
+    mode: str  # what `docker run IMAGE` runs: the Dockerfile's CMD must be this mode
+
+
+class Cuda(Strict):
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    archs: list[str] = Field(min_length=1)
+
+    @field_validator("archs")
+    @classmethod
+    def _capabilities(cls, archs: list[str]) -> list[str]:
+        for arch in archs:
+            if not re.fullmatch(r"\d+\.\d+", arch):
+                raise ValueError(f"{arch!r} is not a compute capability like '12.0'")
+        return archs
+
+
+class Parallelism(Strict):
+    # le: a compile job needing over a TiB is a typo (and 1e308 x nvcc threads would overflow to inf)
+    compile_job_memory_gib: float = Field(gt=0, le=1024)
+    compile_job_memory_gib_backward: float = Field(gt=0, le=1024)
+    memory_fraction: float = Field(gt=0, le=1)
+    nvcc_threads_max: int = Field(ge=1)
+
+
+class Torch(Strict):
+    version: str = Field(pattern=_VERSION_RE)
+    pypi_cuda: str = Field(pattern=r"^\d+\.\d+$")
+
+
+SglKernelInstall = Literal["wheel", "pypi", "source"]
+
+
+class SglKernelWheel(Strict):
+    """Upstream's prebuilt wheel at a direct URL, pinned by sha256 (what SGLang's own Dockerfile installs)."""
+
+    url: str = Field(pattern=r"^https://\S+\.whl$")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    cuda: str = Field(pattern=r"^\d+\.\d+$")
+    why: str = Field(min_length=1)  # which file of several uploads, and why
+    # The SASS the wheel carries (the label sgl-kernel.archs, as pypi_archs is for PyPI's wheel), and where that
+    # was read (its CMake defaults, or cuobjdump on the wheel).
+    archs: list[str] = Field(min_length=1)
+    archs_source: str = Field(min_length=1)
+
+
+class SglKernel(Strict):
+    package: str
+    version: str = Field(pattern=_VERSION_RE)
+    pypi_cuda: str = Field(pattern=r"^\d+\.\d+$")
+    pypi_archs: list[str]
+    # How each profile gets it: `wheel` (the [wheel] below), `pypi`, or `source` (compiled from the SGLang
+    # release tag for sm_120a; opt-in, unproven here).
+    install: dict[str, SglKernelInstall] = Field(min_length=1)
+    wheel: SglKernelWheel | None = None
+
+    @model_validator(mode="after")
+    def _wheel_when_used(self) -> SglKernel:
+        if "wheel" in self.install.values() and self.wheel is None:
+            raise ValueError("install names 'wheel' but there is no [sgl_kernel.wheel] (url, sha256, cuda, why)")
+        return self
+
+
+# How docker/stages/fixups.sh installs a fix-up pin (its words; the build arg FIXUP_PINS carries them).
+FixupInstall = Literal["no-deps", "deps"]
+
+
+class Fixup(Strict):
+    """A package pinned over what dependency resolution chose, after it (SGLang's CUDA fix-ups)."""
+
+    requirement: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==\S+$")
+    torch_cuda: str = Field(pattern=r"^\d+$")  # the CUDA major of the torch build it applies to
+    # `no-deps`: pip install --force-reinstall --no-deps (upstream's mode); `deps`: a plain pip install.
+    install: FixupInstall
+    source: str = Field(min_length=1)  # where the pin comes from (upstream's Dockerfile, ...)
+    reason: str = Field(min_length=1)
+
+
+# When a runtime rule applies (all listed conditions must hold): the conditions' names and meaning live with the
+# entrypoint that judges them (sm120/image/entrypoint/spec.py CONDITIONS).
+RuleCondition = Literal[tuple(CONDITIONS)]  # type: ignore[valid-type]
+
+
+class RuntimeRule(Strict):
+    """What sm_120 needs from a track at run time, applied by the entrypoint (the user can override).
+
+    `name` is how a user turns the rule off (SKIP_RUNTIME_RULES=name). `requires_patch` names a patch whose
+    change must be in the installed SGLang (checked at run time with that patch's upstream_check), whether
+    this image applied it or upstream already has it.
+    """
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    when: RuleCondition | list[RuleCondition] = "always"
+    env: dict[str, str] = {}
+    args: list[str] = []
+    requires_patch: str | None = None
+    reason: str = Field(min_length=1)
+
+    @field_validator("args")
+    @classmethod
+    def _starts_with_option(cls, args: list[str]) -> list[str]:
+        if args and not args[0].startswith("--"):
+            raise ValueError(f"{args[0]!r} is not an SGLang option (args start with '--')")
+        return args
+
+    @model_validator(mode="after")
+    def _does_something(self) -> RuntimeRule:
+        if not self.env and not self.args:
+            raise ValueError(f"rule {self.name!r} sets neither env nor args")
+        return self
+
+    @property
+    def conditions(self) -> list[str]:
+        return list(self.when) if isinstance(self.when, list) else [self.when]
+
+
+class LeftOut(Strict):
+    """A flag the reference run used that this track does not honour on sm_120; logged, not passed."""
+
+    args: list[str] = Field(min_length=1)
+    reason: str = Field(min_length=1)
+
+
+class ModePresets(Strict):
+    """A track's EAGLE-3 draft tree for one draft mode: all three numbers, or none (SGLang chooses the tree, as
+    both 0.5.9 and 0.5.23 do when --speculative-num-steps is not given); `reason` says where the choice comes from."""
+
+    spec_num_steps: int | None = Field(default=None, ge=1)
+    spec_eagle_topk: int | None = Field(default=None, ge=1)
+    spec_num_draft_tokens: int | None = Field(default=None, ge=1)
+    reason: str = Field(min_length=1)
+
+
+class Probe(Strict):
+    """How everything that asks whether SGLang serves asks it ([tracks."X".probe]): the image's HEALTHCHECK (its
+    command reads the route and timeout from the image's plan.json), the Kubernetes probes (sm120/deploy/kubernetes.py)
+    and Compose (which keeps the image's HEALTHCHECK); tests/unit/test_probes.py keeps the three equal to this.
+
+    `sglang_timeout_s` is SGLang's own wait in the route (its /health generates one token and waits up to
+    SGLANG_HEALTH_CHECK_TIMEOUT seconds, srt/entrypoints/http_server.py; tests/upstream/test_health_probe.py reads
+    it there): a probe that gives up sooner would call a slow but working server dead, so `timeout_s` is above it.
+    """
+
+    route: str = Field(pattern=r"^/[A-Za-z0-9/_.-]*$")
+    sglang_timeout_s: int = Field(ge=1)
+    timeout_s: int = Field(ge=1)
+    interval_s: int = Field(ge=1)
+    start_period_s: int = Field(ge=1)  # the model load and the first JIT compiles: failures before it do not count
+    retries: int = Field(ge=1)  # failures in a row after the start period that make the server unhealthy / unready
+    reason: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _waits_for_sglang(self) -> Probe:
+        if self.timeout_s <= self.sglang_timeout_s:
+            raise ValueError(
+                f"timeout_s = {self.timeout_s} must be above sglang_timeout_s = {self.sglang_timeout_s} (SGLang's own "
+                "wait in the route): the probe would give up before SGLang answers"
+            )
+        if self.interval_s < self.timeout_s:
+            raise ValueError(
+                f"interval_s = {self.interval_s} is below timeout_s = {self.timeout_s}: one probe would still run when "
+                "the next is due"
+            )
+        if self.start_period_s < self.interval_s:
+            raise ValueError(f"start_period_s = {self.start_period_s} is below interval_s = {self.interval_s}")
+        return self
+
+
+class NotShipped(Strict):
+    """Files of the venv that serving on sm_120 never loads, left out of the runtime image ([[tracks.*.not_shipped]]):
+    globs relative to site-packages, why they are never loaded, and where that was read."""
+
+    paths: list[str] = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    # Only where torch is a build for this CUDA major (the CUDA libraries' wheels lay out differently per major);
+    # None: wherever the track is built.
+    torch_cuda: str | None = Field(default=None, pattern=r"^\d+$")
+
+    @field_validator("paths")
+    @classmethod
+    def _below_site_packages(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not path or path.startswith("/") or ".." in path.split("/") or any(c.isspace() for c in path):
+                raise ValueError(f"{path!r} is not a path below site-packages (relative, no '..', no spaces)")
+        return paths
+
+
+class Track(Strict):
+    flashinfer: str = Field(pattern=_VERSION_RE)
+    flash_attn: str = Field(pattern=_VERSION_RE)
+    cxx_std: Literal[17, 20]
+    patches: list[str] = []
+    presets: dict[str, ModePresets] = {}  # by mode name: the draft tree of each draft mode
+    torch: Torch
+    sgl_kernel: SglKernel
+    probe: Probe
+    runtime: list[RuntimeRule] = []
+    left_out: list[LeftOut] = []
+    fixups: list[Fixup] = []
+    not_shipped: list[NotShipped] = []
+
+
+class FlashAttnKernels(Strict):
+    head_dims: Literal["all"] | list[Literal[32, 64, 96, 128, 192, 256]]
+    dtypes: list[Literal["fp16", "bf16"]] = Field(min_length=1)
+    backward: bool = False
+
+
+class Profile(Strict):
+    summary: str
+    base_image: str
+    base_image_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    runtime_base_image: str
+    runtime_base_image_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    bases: Literal["registry", "local"]
+    python: str = Field(pattern=r"^3\.\d+$")
+    torch_index: str | None = None
+    flash_attn: FlashAttnKernels
+
+
+class LocalBases(Strict):
+    debian_suite: str = Field(pattern=r"^[a-z]+$")
+    debian_mirror: str = Field(pattern=r"^https?://")
+    runtime_components: list[str] = Field(min_length=1)
+    devel_components: list[str] = Field(min_length=1)
+
+
+class BuilderNeeds(Strict):
+    """What a machine needs to build one profile's image; `build.py preflight` checks the Docker Engine against it."""
+
+    # Free space where the engine keeps its data (docker info: DockerRootDir) that one track's build needs from
+    # nothing, and (when set) once that track's image is in the engine with its stages cached: a rebuild then
+    # writes only what changed above them (the runtime layers and their export).
+    min_disk_gib: float = Field(gt=0)
+    min_disk_gib_rebuild: float | None = Field(default=None, gt=0)
+    min_memory_gib: float = Field(gt=0)  # the engine's memory (docker info: MemTotal)
+
+
+class Mode(Strict):
+    summary: str
+    args: list[str] = []
+    # Needs DRAFT_MODEL_PATH, an EAGLE-3 drafter (the entrypoint checks its config.json); every track then says
+    # which draft tree it runs ([tracks."X".presets.NAME]).
+    draft: bool = False
+
+
+class Eagle3Drafter(Strict):
+    """An EAGLE-3 drafter class that only some releases of SGLang have ([eagle3_drafters.CLASS])."""
+
+    kind: str = Field(min_length=1)
+    since: str = Field(pattern=_VERSION_RE)  # the first SGLang release that registers it
+    source: str = Field(min_length=1)
+
+
+class UpstreamCheck(Strict):
+    """Upstream already has the change when every regex in `patterns` matches the file at `path`."""
+
+    path: str
+    patterns: list[str] = Field(min_length=1)
+
+    @field_validator("patterns")
+    @classmethod
+    def _regexes(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from exc
+        return patterns
+
+
+class PatchVariant(Strict):
+    versions: str
+    file: str
+
+    @field_validator("versions")
+    @classmethod
+    def _specifier(cls, versions: str) -> str:
+        try:
+            SpecifierSet(versions)
+        except InvalidSpecifier as exc:
+            raise ValueError(f"{versions!r} is not a version range like '>=0.5.9,<0.5.10'") from exc
+        return versions
+
+    def matches(self, version: str) -> bool:
+        return SpecifierSet(self.versions).contains(Version(version), prereleases=True)
+
+
+class Patch(Strict):
+    component: Literal["sglang", "flash-attn"]
+    summary: str
+    upstream: str
+    # One check, or a list of checks that must ALL hold (a change that spans several files).
+    upstream_check: UpstreamCheck | list[UpstreamCheck] | None = None
+    variants: list[PatchVariant] = Field(min_length=1)
+
+    def variant_for(self, version: str) -> PatchVariant | None:
+        return next((v for v in self.variants if v.matches(version)), None)
+
+    @property
+    def upstream_checks(self) -> list[UpstreamCheck]:
+        if self.upstream_check is None:
+            return []
+        return self.upstream_check if isinstance(self.upstream_check, list) else [self.upstream_check]
+
+
+class Sm120Trap(Strict):
+    """A backend or setting known not to run on sm_120 ([[sm120_traps]]). The start-up check (T2.5) fails when
+    SGLang's own decision for a supported model lands on one of `values` in one of `settings`, naming `fix`."""
+
+    settings: list[str] = Field(min_length=1)
+    values: list[StrictBool | StrictInt | StrictStr] = Field(min_length=1)
+    fix: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    sglang: str | None = None  # the releases it holds for (a version range); None: every release
+    quantization: list[str] = []  # only where SGLang's quantization is one of these; empty: any
+    # Only where the EAGLE-3 draft model's attention (SGLang's ModelConfig.attention_arch: "MLA", "MHA") is one of
+    # these; empty: any case.
+    draft_attention: list[str] = []
+
+    @field_validator("sglang")
+    @classmethod
+    def _range(cls, sglang: str | None) -> str | None:
+        if sglang is not None:
+            try:
+                SpecifierSet(sglang)
+            except InvalidSpecifier as exc:
+                raise ValueError(f"{sglang!r} is not a version range like '<0.5.10'") from exc
+        return sglang
+
+    def applies(self, version: str, quantization: str | None, draft_attention: str | None = None) -> bool:
+        if self.sglang is not None and not SpecifierSet(self.sglang).contains(Version(version), prereleases=True):
+            return False
+        if self.draft_attention and draft_attention not in self.draft_attention:
+            return False
+        return not self.quantization or quantization in self.quantization
+
+    def hits(self, decisions: dict[str, Any]) -> list[tuple[str, Any]]:
+        """(setting, value) pairs of `decisions` that land on this trap (1 and True are different values)."""
+        found = []
+        for setting in self.settings:
+            if setting in decisions:
+                value = decisions[setting]
+                if any(type(value) is type(v) and value == v for v in self.values):
+                    found.append((setting, value))
+        return found
+
+
+class Config(Strict):
+    project: Project
+    image: Image
+    defaults: Defaults
+    cuda: Cuda
+    parallelism: Parallelism
+    tracks: dict[str, Track] = Field(min_length=1)
+    profiles: dict[str, Profile] = Field(min_length=1)
+    modes: dict[str, Mode] = Field(min_length=1)
+    patches: dict[str, Patch] = {}
+    eagle3_drafters: dict[str, Eagle3Drafter] = {}
+    local_bases: LocalBases
+    builder: dict[str, BuilderNeeds] = {}  # by profile name
+    sm120_traps: list[Sm120Trap] = []
+
+    # Set by `load`, not by the file.
+    path: Path = Field(default=DEFAULT_CONFIG, exclude=True)
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    def track(self, version: str) -> Track:
+        if version not in self.tracks:
+            raise UsageError(
+                f"{self.path.name}: no track for SGLang {version!r} "
+                f"(tracks: {', '.join(sorted(self.tracks, key=Version))}{suggest(version, self.tracks)}); "
+                "pick one" + (f", or add it: python3 build.py track add {version}" if _FINAL.fullmatch(version) else "")
+            )
+        return self.tracks[version]
+
+    def profile(self, name: str) -> Profile:
+        if name not in self.profiles:
+            raise UsageError(
+                f"{self.path.name}: unknown profile {name!r} "
+                f"(profiles: {', '.join(sorted(self.profiles))}{suggest(name, self.profiles)})"
+            )
+        return self.profiles[name]
+
+    def patch(self, name: str) -> Patch:
+        if name not in self.patches:
+            raise UsageError(
+                f"{self.path.name}: unknown patch {name!r} "
+                f"(patches: {', '.join(sorted(self.patches))}{suggest(name, self.patches)})"
+            )
+        return self.patches[name]
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    return ".".join(f'"{p}"' if isinstance(p, str) and "." in p else str(p) for p in loc)
+
+
+def _one_line(path: Path, exc: ValidationError) -> str:
+    errors = exc.errors()
+    # A typo shows up as an unknown key and a missing one: the unknown key is the useful half.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc = tuple(err["loc"])
+    where = _where(loc) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys_for(loc)
+        hint = f" (allowed: {', '.join(allowed)}{suggest(loc[-1], allowed)})" if allowed else ""
+        return f"{path.name}: unknown key {where}{hint}"
+    if kind == "missing":
+        return f"{path.name}: missing key {where}"
+    value = err.get("input")
+    shown = "" if isinstance(value, (dict, list)) else f" = {value!r}"
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind == "literal_error":
+        expected = [e.strip().strip("'") for e in re.split(r",| or ", err["msg"].split("Input should be ", 1)[-1])]
+        if isinstance(value, str) and value in expected:
+            msg += " (strict: write the number without quotes)"
+        else:
+            msg += suggest(value, [e for e in expected if e])
+    elif kind == "finite_number":
+        msg += " (TOML's inf and nan are not taken; a number beyond 1.8e308 reads as inf)"
+    elif kind == "greater_than" and isinstance(value, float) and value == 0:
+        msg += " (a number too small for a double, such as 1e-400, reads as 0.0)"
+    elif kind in _STRICT_TYPES:
+        msg = f"{msg} (strict: write {_STRICT_TYPES[kind]}; a {type(value).__name__} is not converted)"
+    return f"{path.name}: {where}{shown}: {msg}"
+
+
+# pydantic's strict-mode error types, and what to write instead.
+_STRICT_TYPES = {
+    "int_type": "a whole number without quotes",
+    "float_type": "a number without quotes",
+    "string_type": "a quoted string",
+    "bool_type": "true or false, without quotes",
+}
+
+
+def _allowed_keys_for(loc: tuple[Any, ...]) -> list[str]:
+    """Walk the Config schema along `loc`, skipping dict keys and list indices, and list the fields."""
+    model: Any = Config
+    parts = list(loc[:-1])
+    i = 0
+    while i < len(parts):
+        part = parts[i]
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        annotation = field.annotation
+        origin = getattr(annotation, "__origin__", None)
+        if origin in (dict, list):
+            annotation = annotation.__args__[-1]
+            i += 1  # the next loc part is the dict key or list index
+        model = annotation
+        i += 1
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return [name for name in model.model_fields if name != "path"]
+    return []
+
+
+def load(path: Path | str | None = None) -> Config:
+    """Read, parse and validate build.toml; check cross-references and that patch files exist."""
+    path = Path(path) if path is not None else DEFAULT_CONFIG
+    text = ""
+    try:
+        text = read_regular_file(path)
+        raw = tomllib.loads(text)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file; pass --config FILE or run from the checkout") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except ValueError as exc:  # a number longer than int() converts: tomllib raises a bare ValueError
+        raise UsageError(f"{path}: {long_number(text) or str(exc)[:120]}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
+    try:
+        config = Config.model_validate(raw).model_copy(update={"path": path.resolve()})
+    except ValidationError as exc:
+        raise UsageError(_one_line(path, exc)) from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
+    _check_references(config)
+    return config
+
+
+def read_regular_file(path: Path) -> str:
+    """A file's text, refusing what is not a regular file first: a FIFO would block the read forever."""
+    st = path.stat()
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO or a device would block the read)")
+    return path.read_text(encoding="utf-8")
+
+
+def _check_references(config: Config) -> None:
+    name = config.path.name
+    for mode_name, mode in config.modes.items():
+        _check_mode(name, mode_name, mode)
+    for version, track in config.tracks.items():
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise UsageError(f'{name}: [tracks."{version}"]: the key must be an SGLang version like "0.5.9"') from None
+        for patch in track.patches:
+            if patch not in config.patches:
+                raise UsageError(
+                    f'{name}: tracks."{version}".patches names {patch!r}, which has no [patches.{patch}] '
+                    f"(patches: {', '.join(sorted(config.patches)) or 'none'}{suggest(patch, config.patches)})"
+                )
+        unknown = sorted(set(track.sgl_kernel.install) - set(config.profiles))
+        missing = sorted(set(config.profiles) - set(track.sgl_kernel.install))
+        if unknown or missing:
+            raise UsageError(
+                f'{name}: tracks."{version}".sgl_kernel.install must name every profile once '
+                f"({', '.join(sorted(config.profiles))}); "
+                + (f"unknown: {', '.join(unknown)}" if unknown else f"missing: {', '.join(missing)}")
+            )
+        twice = sorted({p for p in track.patches if track.patches.count(p) > 1})
+        if twice:
+            raise UsageError(f'{name}: tracks."{version}".patches lists {twice[0]!r} twice (each patch once)')
+        _check_presets(config, version, track)
+        for mode_name, mode in config.modes.items():  # presets the entrypoint would refuse at every start
+            check_mode_args(name, mode_name, mode.args, track.runtime, rules_key=f'tracks."{version}".runtime')
+        for i, rule in enumerate(track.runtime):
+            wanted = rule.requires_patch
+            if wanted is not None and wanted not in config.patches:
+                raise UsageError(
+                    f'{name}: tracks."{version}".runtime.{i}.requires_patch: unknown patch {wanted!r} '
+                    f"(patches: {', '.join(sorted(config.patches)) or 'none'}{suggest(wanted, config.patches)})"
+                )
+    root = config.root.resolve()
+    for patch_name, patch in config.patches.items():
+        for i, variant in enumerate(patch.variants):
+            key = f"{name}: patches.{patch_name}.variants.{i}.file = {variant.file!r}"
+            file = (config.root / variant.file).resolve()
+            if not file.is_relative_to(root):
+                raise UsageError(f"{key}: outside the repository ({root}); patch files live under patches/")
+            if not file.is_file():
+                raise UsageError(f"{key}: no such file")
+    _check_defaults(config)
+
+
+def _check_defaults(config: Config) -> None:
+    """[defaults] and [project] published_profile name a mode, a track and profiles that exist."""
+    name = config.path.name
+    default = config.defaults.mode
+    if default not in config.modes:
+        raise UsageError(
+            f"{name}: defaults.mode = {default!r} is not a mode "
+            f"(modes: {', '.join(sorted(config.modes))}{suggest(default, config.modes)})"
+        )
+    cmd = image_cmd_mode(config.root)
+    if cmd is not None and cmd != default:
+        raise UsageError(
+            f"{name}: defaults.mode = {default!r}, but the image's CMD runs {cmd!r} (Dockerfile CMD [{cmd!r}]): "
+            "make them the same mode"
+        )
+    if config.defaults.sglang not in config.tracks:
+        raise UsageError(
+            f"{name}: defaults.sglang = {config.defaults.sglang!r} has no track "
+            f"(tracks: {', '.join(sorted(config.tracks, key=Version))}{suggest(config.defaults.sglang, config.tracks)})"
+        )
+    profiles = {
+        "defaults.profile": config.defaults.profile,
+        "project.published_profile": config.project.published_profile,
+    }
+    for key, profile in profiles.items():
+        if profile not in config.profiles:
+            raise UsageError(
+                f"{name}: {key} = {profile!r} is not a profile "
+                f"(profiles: {', '.join(sorted(config.profiles))}{suggest(profile, config.profiles)})"
+            )
+
+
+def _check_mode(name: str, mode_name: str, mode: Mode) -> None:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", mode_name):
+        raise UsageError(
+            f"{name}: [modes.{mode_name}]: a mode name is lower-case letters, digits, '-' and '_' "
+            "(it is the image's first argument, e.g. `docker run IMAGE eagle3`)"
+        )
+
+
+def _check_presets(config: Config, version: str, track: Track) -> None:
+    """Each draft mode has the track's draft tree, and it is one SGLang can run: all three numbers or none, draft
+    tokens from 2 to 1 + top-k + (steps - 1) * top-k^2 (spec.draft_tree_most)."""
+    name = config.path.name
+    where = f'tracks."{version}".presets'
+    for mode_name, presets in track.presets.items():
+        mode = config.modes.get(mode_name)
+        if mode is None:
+            raise UsageError(
+                f"{name}: {where}.{mode_name}: no such mode "
+                f"(modes: {', '.join(sorted(config.modes))}{suggest(mode_name, config.modes)})"
+            )
+        if not mode.draft:
+            raise UsageError(
+                f"{name}: {where}.{mode_name}: the mode has draft = false: EAGLE-3 presets apply only to a mode "
+                "with a drafter (set draft = true in [modes], or remove them)"
+            )
+        steps, topk, tokens = presets.spec_num_steps, presets.spec_eagle_topk, presets.spec_num_draft_tokens
+        numbers = {"spec_num_steps": steps, "spec_eagle_topk": topk, "spec_num_draft_tokens": tokens}
+        given = [key for key, value in numbers.items() if value is not None]
+        if given and len(given) < len(numbers):
+            missing = [key for key in numbers if key not in given]
+            raise UsageError(
+                f"{name}: {where}.{mode_name} sets {', '.join(given)} but not {', '.join(missing)}: give all three, "
+                "or none to leave the draft tree to SGLang (it takes all three or none)"
+            )
+        if tokens is not None and tokens < 2:
+            raise UsageError(f"{name}: {where}.{mode_name}.spec_num_draft_tokens = {tokens}: allowed from 2")
+        if steps is not None and topk is not None and tokens is not None:
+            most = draft_tree_most(steps, topk)
+            if tokens > most:
+                raise UsageError(
+                    f"{name}: {where}.{mode_name}.spec_num_draft_tokens = {tokens}: allowed 2 to {most} for "
+                    f"spec_num_steps {steps} and spec_eagle_topk {topk} (1 + top-k + (steps - 1) * top-k^2)"
+                )
+    for mode_name, mode in config.modes.items():
+        if mode.draft and mode_name not in track.presets:
+            raise UsageError(
+                f"{name}: {where}.{mode_name} is missing: say which EAGLE-3 draft tree this track runs "
+                "(spec_num_steps, spec_eagle_topk, spec_num_draft_tokens, or none for SGLang's own choice) "
+                "and its reason"
+            )
+
+
+def image_cmd_mode(root: Path) -> str | None:
+    """The mode the Dockerfile's CMD runs (CMD ["baseline"]), or None without a Dockerfile or an exec-form CMD."""
+    dockerfile = root / "Dockerfile"
+    if not dockerfile.is_file():
+        dockerfile = ROOT / "Dockerfile"
+    try:
+        lines = dockerfile.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    cmds = [line.strip()[3:].strip() for line in lines if line.strip().upper().startswith("CMD ")]
+    if not cmds:
+        return None
+    try:
+        argv = json.loads(cmds[-1])
+    except ValueError:
+        return None
+    if isinstance(argv, list) and argv and isinstance(argv[0], str) and not argv[0].startswith("-"):
+        return argv[0]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Presets that could never start: a mode's args and a track's rule args, checked with the entrypoint's own checks
+# (sm120/image/entrypoint/options.py `check_preset`), so no image is built around a preset it refuses at every start.
+# ---------------------------------------------------------------------------------------------------
+
+
+def _refuse(key: str, exc: entrypoint_errors.UsageError) -> UsageError:
+    text = "; ".join(entrypoint_errors.one_line(line) for line in exc.lines)
+    return UsageError(f"{key}: the entrypoint would refuse it at every start: {text}")
+
+
+def check_mode_args(
+    file: str,
+    mode: str,
+    args: Sequence[str],
+    rules: Iterable[RuntimeRule] = (),
+    *,
+    mode_key: str | None = None,
+    rules_key: str = "runtime",
+) -> None:
+    """Raise UsageError ('build.toml: modes.eagle3.args: ...') for a mode's args or a rule's args that the
+    entrypoint refuses; `mode_key` and `rules_key` are where they are written in the file."""
+    try:
+        check_preset(list(args), f"preset {mode}")
+    except entrypoint_errors.UsageError as exc:
+        raise _refuse(f"{file}: {mode_key or f'modes.{mode}'}.args", exc) from None
+    for i, rule in enumerate(rules):
+        try:
+            check_preset(list(rule.args), f"rule {rule.name}")
+        except entrypoint_errors.UsageError as exc:
+            raise _refuse(f"{file}: {rules_key}.{i}.args (rule {rule.name})", exc) from None

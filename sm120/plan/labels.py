@@ -1,0 +1,152 @@
+"""The image's labels: written from the plan (`write`, used by `sm120.plan.resolve`), read back by verify (`parse`).
+
+The labels are the contract between a build and its checks: `build.py verify` and the image suite never read
+build.toml for what an image holds, only what the image says about itself, so the same checks hold for every
+track and profile. Writer and reader sit side by side here; tests/unit/test_plan_outputs.py parses what the writer
+writes for every profile and track.
+
+Every project label is `<prefix>.<key>`; the prefix, the label namespace, is build.toml's [project] name
+(`namespace()`: the readers' default; the writer takes it from the config the plan was resolved from).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from packaging.version import Version
+
+from sm120.errors import UsageError
+from sm120.plan import ROOT
+from sm120.plan.exported import ABSENT, FACTS, Kernels, LabelError, Patch
+from sm120.plan.plan_types import Plan
+
+if TYPE_CHECKING:
+    from sm120.plan.config import Project
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+# Labels the suite reads; an image without them was not built by `build.py build`.
+REQUIRED = tuple(f.label for f in FACTS if f.label and f.required)
+
+
+@functools.cache
+def namespace() -> str:
+    """The label namespace of this checkout: build.toml's [project] name, read alone (verify and bench --image read
+    nothing else of build.toml; `plan` checks the name's form)."""
+    path = ROOT / "build.toml"
+    try:
+        return str(tomllib.loads(path.read_text(encoding="utf-8"))["project"]["name"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # ValueError: TOMLDecodeError, a bad encoding
+        raise UsageError(f"{path}: no [project] name to name the labels by ({exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------------
+
+
+def write(plan: Plan, project: Project, image_version: str, revision: str | None) -> dict[str, str]:
+    """The labels of the image `plan` builds (OCI annotations first, then the project's own, from exported.FACTS)."""
+    labels = {
+        "org.opencontainers.image.title": project.title,
+        "org.opencontainers.image.description": project.description,
+        "org.opencontainers.image.version": image_version,
+        "org.opencontainers.image.licenses": project.licenses,
+        "org.opencontainers.image.base.name": plan.runtime_base_image,
+    }
+    labels.update({f"{project.name}.{f.label}": f.value(plan) for f in FACTS if f.label})
+    if revision:
+        labels["org.opencontainers.image.revision"] = revision
+    if "@sha256:" in plan.runtime_base_image:
+        labels["org.opencontainers.image.base.digest"] = plan.runtime_base_image.split("@", 1)[1]
+    return labels
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What an image promises, read from its labels."""
+
+    profile: str
+    sglang: str
+    cuda: str
+    cuda_archs: list[str]  # sm_120
+    python: str
+    torch: str
+    torch_cuda: str
+    flashinfer: str
+    flash_attn: str
+    flash_attn_archs: list[str]  # sm_120
+    flash_attn_kernels: Kernels
+    sgl_kernel_package: str  # the distribution: sgl-kernel or sglang-kernel (import name sgl_kernel either way)
+    sgl_kernel: str
+    sgl_kernel_archs: list[str]  # what the label says the wheel carries (PyPI's wheel: many)
+    patches: list[Patch]
+    user: str
+    cache_dir: str
+    port: int
+    stand_ins: str
+
+    @property
+    def sgl_kernel_required(self) -> list[str]:
+        """sgl-kernel compiles its sm_120 code arch-specific (`compute_120a,code=sm_120a`)."""
+        return [a if a.endswith(("a", "f")) else a + "a" for a in self.cuda_archs]
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """Import name -> the version its label promises."""
+        return {
+            "torch": self.torch,
+            "sglang": self.sglang,
+            "sgl_kernel": self.sgl_kernel,
+            "flashinfer": self.flashinfer,
+            "flash_attn": self.flash_attn,
+        }
+
+
+def is_labelled_version(found: str, label: str) -> bool:
+    """What a version label means: the public version, and the local part (`+cu130`) only where the label has one.
+
+    `0.3.21+cu130` is upstream's CUDA 13 build of 0.3.21: a label `0.3.21` (a PyPI pin) takes it, a label
+    `0.3.21+cu130` (a pinned wheel's own version) takes only that build. Versions are compared as PEP 440 versions.
+    """
+    want, got = Version(label), Version(found)
+    return Version(got.public) == Version(want.public) and (want.local is None or got.local == want.local)
+
+
+def missing(labels: Mapping[str, str] | None, prefix: str | None = None) -> list[str]:
+    """The required labels `labels` lacks, by full name."""
+    prefix = prefix or namespace()
+    labels = labels or {}
+    return [f"{prefix}.{key}" for key in REQUIRED if f"{prefix}.{key}" not in labels]
+
+
+def parse(labels: Mapping[str, str] | None, prefix: str | None = None) -> Expect:
+    """An image's labels as what it promises; LabelError names the first label missing or malformed."""
+    prefix = prefix or namespace()
+    labels = labels or {}
+    absent = missing(labels, prefix)
+    if absent:
+        raise LabelError(f"the image has no label {', '.join(absent)}")
+    values = {}
+    for fact in FACTS:
+        if fact.label is None or fact.field is None:
+            continue
+        key = f"{prefix}.{fact.label}"
+        text = labels[key].strip() if key in labels else ABSENT[fact.label]
+        try:
+            values[fact.field] = fact.read(text)
+        except LabelError as exc:
+            raise LabelError(f"{key}: {exc}") from None
+    return Expect(**values)

@@ -1,0 +1,184 @@
+"""The CPUs and memory this process may really use, and the build parallelism they allow.
+
+Reads cgroup v2 (`cpu.max`, `memory.max`) or v1 (`cpu.cfs_quota_us`, `memory.limit_in_bytes`) limits along
+the process's own cgroup path and its ancestors, the CPU affinity mask, and /proc/meminfo: the smallest wins.
+`proc` and `sysfs` are parameters so tests can point them at fake trees.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 1024**3
+# cgroup v1 reports "no limit" as a huge page-rounded number.
+_V1_UNLIMITED = 1 << 60
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpus: int
+    memory_bytes: int
+    source: str  # what limited them, for the plan's explanation
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GIB
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    max_jobs: int
+    nvcc_threads: int
+    reason: str
+    warning: str | None = None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _cgroup_paths(proc: Path) -> tuple[str | None, dict[str, str]]:
+    """(v2 path, {v1 controller: path}) from /proc/self/cgroup."""
+    v2: str | None = None
+    v1: dict[str, str] = {}
+    text = _read(proc / "self" / "cgroup") or ""
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":
+            v2 = path
+        else:
+            for controller in controllers.split(","):
+                v1[controller] = path
+    return v2, v1
+
+
+def _ancestors(base: Path, rel: str) -> list[Path]:
+    """base/rel and each parent up to base; a namespaced path that does not exist falls back to base."""
+    rel = rel.strip("/")
+    out: list[Path] = []
+    parts = rel.split("/") if rel else []
+    for i in range(len(parts), -1, -1):
+        out.append(base.joinpath(*parts[:i]))
+    return out
+
+
+def _smallest(dirs: list[Path], limit: Callable[[Path], float | None]) -> float | None:
+    """The smallest limit set along the cgroup path (a child cannot exceed its parents), or None where none is."""
+    found = [value for value in map(limit, dirs) if value is not None]
+    return min(found) if found else None
+
+
+def _v2_cpu(d: Path) -> float | None:
+    quota, _, period = (_read(d / "cpu.max") or "").partition(" ")
+    return int(quota) / int(period) if quota and quota != "max" and period else None
+
+
+def _v2_memory(d: Path) -> int | None:
+    text = _read(d / "memory.max")
+    return int(text) if text and text != "max" else None
+
+
+def _v1_cpu(d: Path) -> float | None:
+    quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+    return int(quota) / int(period) if quota and period and int(quota) > 0 else None
+
+
+def _v1_memory(d: Path) -> int | None:
+    text = _read(d / "memory.limit_in_bytes")
+    return int(text) if text and int(text) < _V1_UNLIMITED else None
+
+
+def _meminfo_total(proc: Path) -> int:
+    for line in (_read(proc / "meminfo") or "").splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{proc / 'meminfo'} has no MemTotal")
+
+
+def _affinity() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def detect(
+    proc: Path = Path("/proc"),
+    sysfs: Path = Path("/sys"),
+    affinity: Callable[[], int] = _affinity,
+) -> Resources:
+    cpus = float(affinity())
+    cpu_source = "affinity"
+    memory = _meminfo_total(proc)
+    mem_source = "MemTotal"
+
+    v2, v1 = _cgroup_paths(proc)
+    cgroot = sysfs / "fs" / "cgroup"
+    if v2 is not None and (cgroot / "cgroup.controllers").exists():
+        dirs = _ancestors(cgroot, v2)
+        cpu_limit, mem_limit = _smallest(dirs, _v2_cpu), _smallest(dirs, _v2_memory)
+        kind = "cgroup v2"
+    else:
+        cpu_dir = cgroot / "cpu,cpuacct" if (cgroot / "cpu,cpuacct").exists() else cgroot / "cpu"
+        cpu_limit = _smallest(_ancestors(cpu_dir, v1.get("cpu", "")), _v1_cpu)
+        mem_limit = _smallest(_ancestors(cgroot / "memory", v1.get("memory", "")), _v1_memory)
+        kind = "cgroup v1"
+    if cpu_limit is not None and cpu_limit < cpus:
+        cpus, cpu_source = cpu_limit, f"{kind} cpu quota"
+    if mem_limit is not None and mem_limit < memory:
+        memory, mem_source = mem_limit, f"{kind} memory limit"
+    return Resources(
+        cpus=max(1, math.floor(cpus)),
+        memory_bytes=memory,
+        source=f"CPUs from {cpu_source}, memory from {mem_source}",
+    )
+
+
+def parallelism(
+    resources: Resources,
+    *,
+    job_memory_gib: float,
+    memory_fraction: float,
+    nvcc_threads_max: int,
+    gencode_targets: int,
+    max_jobs_override: int | None = None,
+) -> Parallelism:
+    """max_jobs x nvcc_threads compile processes, each needing job_memory_gib, within memory_fraction.
+
+    nvcc --threads only parallelises across -gencode targets, so it is capped by their number; each
+    thread runs its own cicc/ptxas, so one job's memory grows with it.
+    """
+    nvcc_threads = max(1, min(nvcc_threads_max, gencode_targets))
+    per_job = job_memory_gib * nvcc_threads
+    budget = resources.memory_gib * memory_fraction
+    by_cpu = max(1, resources.cpus // nvcc_threads)
+    ratio = budget / per_job  # a tiny per-job figure gives inf: no more jobs than CPUs are used anyway
+    by_memory = math.floor(ratio) if math.isfinite(ratio) and ratio < (1 << 30) else 1 << 30
+    warning = None
+    if by_memory < 1:
+        warning = (
+            f"one compile job may need {per_job:.1f} GiB, more than {memory_fraction:.0%} of "
+            f"{resources.memory_gib:.1f} GiB: the build may be killed for memory"
+        )
+    auto = max(1, min(by_cpu, by_memory))
+    limiter = "CPUs" if by_cpu <= by_memory else "memory"
+    reason = (
+        f"{resources.cpus} CPUs / {nvcc_threads} nvcc thread(s) = {by_cpu} jobs; "
+        f"{resources.memory_gib:.1f} GiB x {memory_fraction:g} / {per_job:g} GiB per job = {max(by_memory, 0)} jobs; "
+        f"limited by {limiter} ({resources.source})"
+    )
+    if max_jobs_override is not None:
+        return Parallelism(
+            max_jobs_override, nvcc_threads, f"--max-jobs {max_jobs_override} (the rule gave {auto}: {reason})", warning
+        )
+    return Parallelism(auto, nvcc_threads, reason, warning)

@@ -1,0 +1,465 @@
+"""The facts of a new SGLang track, read from PyPI (`build.py track add`): what the release's wheel pins, and what
+those pinned wheels are. Each fact is a value and one line saying where it was read; a fact that cannot be
+established is a UsageError naming it (exit 2): nothing is guessed.
+
+| fact (build.toml key)                      | read from                                                          |
+|--------------------------------------------|--------------------------------------------------------------------|
+| flashinfer, torch.version,                 | the sglang wheel's METADATA: its Requires-Dist pins (==)           |
+| sgl_kernel.package, sgl_kernel.version     |                                                                    |
+| torch.pypi_cuda                            | the torch wheel's METADATA: the CUDA runtime it requires           |
+| cxx_std                                    | the torch wheel's torch/include/ATen/ATen.h: the standard it needs |
+| sgl_kernel.pypi_cuda                       | the kernel wheel's libraries: DT_NEEDED libcudart.so.N, and the    |
+|                                            | toolkit note of their cubins (release X.Y)                         |
+| sgl_kernel.pypi_archs                      | cuobjdump --list-elf over the same libraries                       |
+| sgl_kernel.install                         | `pypi` for every profile when that wheel is a CUDA <cuda.version   |
+|                                            | major> build with sm_XYa for every cuda.archs                      |
+| patches                                    | the patch engine on the release's source (applied / already        |
+|                                            | upstream); flash-attn patches with a variant for flash_attn        |
+
+The kernel wheel's libraries are the ones verify holds to sm_120 (every shared library but those
+`elf.SGL_KERNEL_NOT_FOR_SM120` exempts by design, FA3 and FlashMLA: not read, which spares the largest members).
+The torch and kernel wheels are read by range requests (sm120/track/wheel_members.py), the sglang wheel as
+`patches check` reads it (sm120/patches/pypi.py). Every read goes through `Sources`, so the derivation runs on recorded
+metadata in the unit tests.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from packaging.markers import default_environment
+from packaging.metadata import parse_email
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from sm120.errors import CheckFailed, UsageError
+from sm120.patches import patching, pypi
+from sm120.plan.plan_types import cuda_major, sm
+from sm120.track import wheel_members
+from sm120.verify import elf
+
+if TYPE_CHECKING:
+    from sm120.plan.config import Config, Patch
+
+# Every key `track add` derives (a path in [tracks."X"]); every other key of the --from track is copied for review.
+DERIVED: tuple[tuple[str, ...], ...] = (
+    ("flashinfer",),
+    ("cxx_std",),
+    ("patches",),
+    ("torch", "version"),
+    ("torch", "pypi_cuda"),
+    ("sgl_kernel", "package"),
+    ("sgl_kernel", "version"),
+    ("sgl_kernel", "pypi_cuda"),
+    ("sgl_kernel", "pypi_archs"),
+    ("sgl_kernel", "install"),
+)
+# Keys of the --from track that are facts of its own pins, neither derived nor copied, with the reason.
+NOT_COPIED: dict[tuple[str, ...], str] = {
+    ("sgl_kernel", "wheel"): "upstream's wheel (url, sha256) of the --from track's kernel version",
+}
+
+KERNEL_PACKAGES = ("sgl-kernel", "sglang-kernel")  # renamed at 0.4.0; the import name stays sgl_kernel
+ATEN_HEADER = "torch/include/ATen/ATen.h"
+# __cplusplus of each standard cxx_std may name (flash-attn's kernel-subset patch builds with these).
+CXX_STANDARDS = {201703: 17, 202002: 20}
+_CXX_GUARD = re.compile(r"__cplusplus\s*<\s*(\d{6})L?\s*\n\s*#\s*error\s+(?P<error>[^\n]*)")
+
+
+@dataclass(frozen=True)
+class Fact:
+    value: Any
+    source: str  # where it was read, one line
+
+
+@dataclass(frozen=True)
+class Library:
+    """What the tools say about one compiled library of the kernel wheel (raw, as recorded)."""
+
+    needed: list[str]  # DT_NEEDED
+    sass: list[str]  # SASS archs, `cuobjdump --list-elf` (elf.parse_list_elf)
+    toolkit: list[str]  # the cubins' toolkit notes ("Cuda compilation tools, release 13.0, V13.0.88")
+
+
+@dataclass
+class Derived:
+    facts: dict[tuple[str, ...], Fact]
+    notes: list[str] = field(default_factory=list)  # for the reviewer: what the facts imply but no key holds
+
+
+class Sources(Protocol):
+    """Where the facts are read: PyPI (PyPISources) or recorded metadata (the unit tests)."""
+
+    def release_files(self, project: str, version: str) -> list[dict[str, Any]] | None: ...
+    def sglang_metadata(self, version: str) -> tuple[str, str]: ...  # (METADATA text, wheel file name)
+    def wheel_names(self, wheel: pypi.WheelFile) -> list[str]: ...
+    def wheel_text(self, wheel: pypi.WheelFile, member: str) -> str: ...
+    def library(self, wheel: pypi.WheelFile, member: str) -> Library: ...
+    def patch_results(
+        self, config: Config, version: str, patches: list[tuple[str, Patch]]
+    ) -> list[patching.Result]: ...
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pins
+# ---------------------------------------------------------------------------------------------------
+
+
+def environments(config: Config) -> list[dict[str, str]]:
+    """Marker environments of the image: Linux x86_64 with each profile's Python."""
+    out = []
+    for python in sorted({p.python for p in config.profiles.values()}):
+        out.append(
+            {
+                **default_environment(),
+                "sys_platform": "linux",
+                "platform_system": "Linux",
+                "platform_machine": "x86_64",
+                "os_name": "posix",
+                "implementation_name": "cpython",
+                "platform_python_implementation": "CPython",
+                "python_version": python,
+                "python_full_version": f"{python}.0",
+                "extra": "",
+            }
+        )
+    return out
+
+
+def requirements(metadata: str, envs: list[dict[str, str]], where: str) -> dict[str, tuple[Requirement, str]]:
+    """{canonical name: (requirement, its Requires-Dist line)} of what applies on the image (every environment)."""
+    raw, _unparsed = parse_email(metadata)
+    found: dict[str, tuple[Requirement, str]] = {}
+    for line in raw.get("requires_dist", []):
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as exc:
+            name = canonicalize_name(re.split(r"[\s\[<>=!~;@(]", line.strip(), maxsplit=1)[0])
+            if name in _WANTED:
+                reason = str(exc).splitlines()[0]
+                raise UsageError(f"{_WANTED[name]}: {where}: cannot parse Requires-Dist {line!r} ({reason})") from None
+            continue
+        if req.marker is not None and not all(req.marker.evaluate(env) for env in envs):
+            continue
+        found[canonicalize_name(req.name)] = (req, line)
+    return found
+
+
+# The pins read, and the fact each one is.
+_WANTED = {
+    canonicalize_name("torch"): "torch.version",
+    canonicalize_name("flashinfer-python"): "flashinfer",
+    canonicalize_name("cuda-python"): "cuda-python",
+    **{canonicalize_name(n): "sgl_kernel.version" for n in KERNEL_PACKAGES},
+}
+
+
+def exact_pin(req: Requirement, line: str, fact: str, where: str) -> str:
+    """The one version `name==X` pins, or a UsageError naming the fact."""
+    specs = list(req.specifier)
+    if req.url or len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version:
+        raise UsageError(
+            f"{fact}: {where} requires {line.split(';')[0].strip()!r}, not one version (==X.Y.Z): "
+            "cannot pin the track; write it by hand"
+        )
+    return specs[0].version
+
+
+# ---------------------------------------------------------------------------------------------------
+# Derivation
+# ---------------------------------------------------------------------------------------------------
+
+
+def _release_wheel(sources: Sources, project: str, version: str, fact: str, *, x86_64: bool) -> pypi.WheelFile:
+    files = sources.release_files(project, version)
+    if not files:
+        raise UsageError(f"{fact}: {project} {version} is not on PyPI")
+    live = [f for f in files if not f.get("yanked")]
+    if not live:
+        reason = next((f.get("yanked_reason") for f in files if f.get("yanked_reason")), None)
+        raise UsageError(
+            f"{fact}: {project} {version} is yanked on PyPI" + (f" ({reason})" if reason else "") + "; pick another"
+        )
+    wheels = [f for f in live if f["filename"].endswith(".whl")]
+    if not wheels:
+        raise UsageError(
+            f"{fact}: {project} {version} has no wheel on PyPI (only {', '.join(f['filename'] for f in live)}); "
+            "track add reads the wheel"
+        )
+    if x86_64:
+        wheels = [f for f in wheels if f["filename"].endswith("x86_64.whl") and "linux" in f["filename"]]
+        if not wheels:
+            raise UsageError(f"{fact}: {project} {version} has no Linux x86_64 wheel on PyPI")
+    return pypi.pick_wheel(project, version, wheels)
+
+
+def _sglang_pins(config: Config, version: str, sources: Sources, out: Derived) -> tuple[str, str, str]:
+    _release_wheel(sources, "sglang", version, "sglang", x86_64=False)
+    metadata, filename = sources.sglang_metadata(version)
+    where = f"sglang {version} ({filename} METADATA)"
+    reqs = requirements(metadata, environments(config), where)
+    src = f"{filename} METADATA"
+
+    def pin(name: str, fact: str) -> tuple[str, str]:
+        key = canonicalize_name(name)
+        if key not in reqs:
+            raise UsageError(f"{fact}: {where} has no Requires-Dist for {name}")
+        req, line = reqs[key]
+        return exact_pin(req, line, fact, where), line
+
+    torch, line = pin("torch", "torch.version")
+    out.facts[("torch", "version")] = Fact(torch, f"{src}: {line}")
+    flashinfer, line = pin("flashinfer-python", "flashinfer")
+    out.facts[("flashinfer",)] = Fact(flashinfer, f"{src}: {line}")
+    kernels = [name for name in KERNEL_PACKAGES if canonicalize_name(name) in reqs]
+    if len(kernels) != 1:
+        raise UsageError(
+            f"sgl_kernel.package: {where} requires {' and '.join(kernels) or 'none'} of {', '.join(KERNEL_PACKAGES)}; "
+            "expected exactly one"
+        )
+    kernel_version, line = pin(kernels[0], "sgl_kernel.version")
+    out.facts[("sgl_kernel", "package")] = Fact(kernels[0], f"{src}: {line}")
+    out.facts[("sgl_kernel", "version")] = Fact(kernel_version, f"{src}: {line}")
+    if canonicalize_name("cuda-python") in reqs:
+        cuda_python = reqs[canonicalize_name("cuda-python")][1].split(";")[0].strip()
+        out.notes.append(_cuda_python_note(config, version, cuda_python))
+    return torch, kernels[0], kernel_version
+
+
+def _cuda_python_note(config: Config, version: str, requirement: str) -> str:
+    req = Requirement(requirement)
+    majors = {Version(s.version).major for s in req.specifier if s.operator in ("==", ">=", "~=")}
+    cuda = int(cuda_major(config.cuda.version))
+    if majors and max(majors) >= cuda:
+        return f"sglang {version} requires {requirement}: bindings for CUDA {cuda}, no cuda-python fix-up needed"
+    return (
+        f"sglang {version} requires {requirement}, bindings for another CUDA than {config.cuda.version}: "
+        "a [[fixups]] entry may be needed (as 0.5.9 pins cuda-python 13.1.1)"
+    )
+
+
+# torch's CUDA runtime requirement: `cuda-toolkit[...]==13.0.3` (CUDA 13 wheels), `nvidia-cuda-runtime-cu12==12.8.90`.
+_CUDA_RUNTIME = re.compile(r"^(cuda-toolkit|nvidia-cuda-runtime(-cu\d+)?)$")
+
+
+def _torch(config: Config, torch: str, sources: Sources, out: Derived) -> None:
+    wheel = _release_wheel(sources, "torch", torch, "torch.pypi_cuda", x86_64=True)
+    where = f"torch {torch} ({wheel.filename} METADATA)"
+    metadata = sources.wheel_text(wheel, f"{wheel_members.dist_info(wheel)}/METADATA")
+    reqs = requirements(metadata, environments(config), where)
+    found = {}
+    for key, (req, line) in reqs.items():
+        if _CUDA_RUNTIME.match(key):
+            version = exact_pin(req, line, "torch.pypi_cuda", where)
+            release = Version(version).release
+            found[f"{release[0]}.{release[1] if len(release) > 1 else 0}"] = line
+    if len(found) != 1:
+        raise UsageError(
+            f"torch.pypi_cuda: {where} requires "
+            + (f"CUDA runtimes of {', '.join(sorted(found))}" if found else "no CUDA runtime (a CPU build?)")
+            + " (cuda-toolkit or nvidia-cuda-runtime-cu*); expected one"
+        )
+    ((cuda, line),) = found.items()
+    out.facts[("torch", "pypi_cuda")] = Fact(cuda, f"{wheel.filename} METADATA: {line}")
+
+    header = sources.wheel_text(wheel, ATEN_HEADER)
+    guards = [(int(m.group(1)), m.group("error").strip()) for m in _CXX_GUARD.finditer(header)]
+    if not guards:
+        raise UsageError(
+            f"cxx_std: {wheel.filename} {ATEN_HEADER} has no C++ standard check (__cplusplus < N, #error): "
+            "write cxx_std by hand"
+        )
+    need, error = max(guards)
+    if need not in CXX_STANDARDS:
+        raise UsageError(
+            f"cxx_std: {wheel.filename} {ATEN_HEADER} needs __cplusplus >= {need}L ({error}); cxx_std takes "
+            f"{', '.join(str(s) for s in CXX_STANDARDS.values())} (flash-attn's kernel-subset patch builds with those)"
+        )
+    out.facts[("cxx_std",)] = Fact(
+        CXX_STANDARDS[need], f"{wheel.filename} {ATEN_HEADER}: __cplusplus < {need}L -> #error {error}"
+    )
+
+
+_CUDART = re.compile(r"^libcudart\.so\.(\d+)$")
+_RELEASE = re.compile(r"release (\d+)\.(\d+)")
+
+
+def _kernel(config: Config, package: str, version: str, sources: Sources, out: Derived) -> None:
+    wheel = _release_wheel(sources, package, version, "sgl_kernel.pypi_archs", x86_64=True)
+    libraries = []
+    skipped = []
+    for name in sources.wheel_names(wheel):
+        if not (name.endswith(".so") or ".so." in Path(name).name):
+            continue
+        if elf.not_for_sm120(elf.library_name(name)):
+            skipped.append(elf.library_name(name))
+        else:
+            libraries.append(name)
+    if not libraries:
+        raise UsageError(f"sgl_kernel.pypi_archs: {wheel.filename} has no compiled library to read")
+    archs: set[str] = set()
+    majors: dict[str, set[str]] = {}
+    toolkits: dict[tuple[int, int], str] = {}
+    read = []
+    for name in libraries:
+        lib = sources.library(wheel, name)
+        found = lib.sass
+        if not found:
+            continue
+        read.append(elf.library_name(name))
+        archs.update(found)
+        for so in lib.needed:
+            if m := _CUDART.match(so):
+                majors.setdefault(m.group(1), set()).add(elf.library_name(name))
+        for note in lib.toolkit:
+            if m := _RELEASE.search(note):
+                toolkits.setdefault((int(m.group(1)), int(m.group(2))), note)
+    if not archs:
+        raise UsageError(f"sgl_kernel.pypi_archs: no library of {wheel.filename} carries SASS (cuobjdump --list-elf)")
+    ordered = sorted(archs, key=elf.arch_key)
+    shown = ", ".join(read)
+    not_read = f"; not read (no sm_120 by design, verify exempts them): {', '.join(skipped)}" if skipped else ""
+    out.facts[("sgl_kernel", "pypi_archs")] = Fact(
+        [a.removeprefix("sm_") for a in ordered],
+        f"{wheel.filename}: cuobjdump --list-elf (SASS) of {shown}{not_read}",
+    )
+    if len(majors) != 1:
+        raise UsageError(
+            f"sgl_kernel.pypi_cuda: {wheel.filename}'s libraries link "
+            + (", ".join(f"libcudart.so.{m}" for m in sorted(majors)) or "no libcudart.so.N")
+            + " (DT_NEEDED); expected one CUDA major"
+        )
+    if len(toolkits) != 1:
+        raise UsageError(
+            f"sgl_kernel.pypi_cuda: the cubins of {wheel.filename} carry "
+            + (f"toolkit notes of {len(toolkits)} releases" if toolkits else "no toolkit note (.note.nv.tkinfo)")
+            + "; expected one CUDA release"
+        )
+    (((major, minor), note),) = toolkits.items()
+    (linked,) = majors
+    if str(major) != linked:
+        raise UsageError(
+            f"sgl_kernel.pypi_cuda: {wheel.filename} links libcudart.so.{linked} but its cubins say {note!r}"
+        )
+    cuda = f"{major}.{minor}"
+    out.facts[("sgl_kernel", "pypi_cuda")] = Fact(
+        cuda, f"{wheel.filename}: DT_NEEDED libcudart.so.{linked}; its cubins' toolkit note: {note}"
+    )
+    want = [sm(a, "a") for a in config.cuda.archs]
+    missing = [a for a in want if a not in ordered]
+    if linked != cuda_major(config.cuda.version) or missing:
+        why = (
+            f"a CUDA {cuda} build (cuda.version is {config.cuda.version})"
+            if linked != cuda_major(config.cuda.version)
+            else f"without {', '.join(missing)} SASS"
+        )
+        raise UsageError(
+            f"sgl_kernel.install: PyPI's {package} {version} is {why}: no profile can install it as is; write the "
+            "track by hand (install = wheel with a [sgl_kernel.wheel], or source)"
+        )
+    out.facts[("sgl_kernel", "install")] = Fact(
+        dict.fromkeys(config.profiles, "pypi"),
+        f"PyPI's wheel is a CUDA {cuda} build with {', '.join(want)} (cuda.version {config.cuda.version}, "
+        f"cuda.archs {', '.join(config.cuda.archs)}): every profile installs it",
+    )
+
+
+def _patches(config: Config, version: str, flash_attn: str, sources: Sources, out: Derived) -> None:
+    sglang = [(name, patch) for name, patch in config.patches.items() if patch.component == "sglang"]
+    results = {r.patch: r for r in sources.patch_results(config, version, sglang)}
+    bad = [r for r in results.values() if r.status is patching.Status.CONFLICT]
+    if bad:
+        raise UsageError(
+            f"patches: sglang {version}: patch {bad[0].patch} conflicts ({bad[0].detail} [{bad[0].variant}]); "
+            f"write a variant for this release (patches/sglang/{bad[0].patch}/) and run again"
+        )
+    chosen, said = [], []
+    for name, patch in config.patches.items():
+        if patch.component == "sglang":
+            result = results[name]
+            if result.status in (patching.Status.APPLIED, patching.Status.ALREADY_UPSTREAM):
+                chosen.append(name)
+                said.append(f"{name} {result.status}" + (f" ({result.variant})" if result.variant else ""))
+            else:
+                said.append(f"{name} {result.status}: left out")
+                out.notes.append(
+                    f"patch {name} is {result.status} on sglang {version} (no variant, and upstream lacks its "
+                    "change): left out of the track; check that the release does not need it"
+                )
+        elif patch.variant_for(flash_attn) is not None:
+            chosen.append(name)
+            said.append(f"{name} for {patch.component} {flash_attn}")
+        else:
+            said.append(f"{name}: no variant for {patch.component} {flash_attn}, left out")
+    out.facts[("patches",)] = Fact(chosen, f"the patch engine on sglang {version}'s wheel: {'; '.join(said)}")
+
+
+def derive(config: Config, version: str, sources: Sources, *, flash_attn: str) -> Derived:
+    """Every fact in DERIVED for sglang `version`, read through `sources`; UsageError naming what is not known."""
+    out = Derived(facts={})
+    torch, package, kernel_version = _sglang_pins(config, version, sources, out)
+    _torch(config, torch, sources, out)
+    _kernel(config, package, kernel_version, sources, out)
+    _patches(config, version, flash_attn, sources, out)
+    assert set(out.facts) == set(DERIVED), sorted(set(DERIVED) ^ set(out.facts))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# PyPI
+# ---------------------------------------------------------------------------------------------------
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class PyPISources:
+    """The facts as PyPI has them: JSON API, wheels by range requests, the release's source tree, the tools."""
+
+    def __init__(self, progress: Callable[[str], None] = _say) -> None:
+        self.progress = progress
+
+    def release_files(self, project: str, version: str) -> list[dict[str, Any]] | None:
+        return pypi.release_files(project, version)
+
+    def sglang_metadata(self, version: str) -> tuple[str, str]:
+        tree = pypi.source_tree(version, progress=self.progress)
+        wheel = pypi.wheel_for(version)
+        found = sorted(tree.glob("sglang-*.dist-info/METADATA"))
+        if not found:
+            raise UsageError(f"{wheel.filename} has no sglang-*.dist-info/METADATA")
+        return found[0].read_text(encoding="utf-8"), wheel.filename
+
+    def wheel_names(self, wheel: pypi.WheelFile) -> list[str]:
+        return wheel_members.names(wheel)
+
+    def wheel_text(self, wheel: pypi.WheelFile, member: str) -> str:
+        path = wheel_members.member(wheel, member, progress=self.progress)
+        return path.read_text(encoding="utf-8", errors="replace")
+
+    def library(self, wheel: pypi.WheelFile, member: str) -> Library:
+        path = wheel_members.member(wheel, member, progress=self.progress)
+        try:
+            tool = elf.cuobjdump()
+        except elf.CuobjdumpMissing as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            sass = elf.sass_archs(path, tool)
+            with tempfile.TemporaryDirectory(prefix="sm120-cubin-") as scratch:
+                notes = elf.toolkit_notes(path, Path(scratch), tool) if sass.archs else []
+            needed = elf.needed(path)
+        except RuntimeError as exc:
+            raise CheckFailed(f"{wheel.filename} {member}: {exc}") from None
+        return Library(needed=needed, sass=sass.archs, toolkit=notes)
+
+    def patch_results(self, config: Config, version: str, patches: list[tuple[str, Patch]]) -> list[patching.Result]:
+        tree = pypi.source_tree(version, progress=self.progress)
+        return patching.check(tree, version, patches, root=config.root)
