@@ -196,11 +196,11 @@ USER ${IMAGE_UID}
 WORKDIR /home/${IMAGE_USER}
 VOLUME ["${CACHE_DIR}"]
 EXPOSE ${PORT}
-# The probe is the track's (build.toml [tracks."X".probe]): the command reads its route and timeout from the image's
-# plan.json. HEALTHCHECK expands no build args in its flags, so they are written here: --interval, --start-period and
+# The probe is the track's (build.toml [tracks."X".probe]): the `health` tool (sm120/image/probe/) reads its route
+# and timeout from the image's plan. HEALTHCHECK expands no build args in its flags, so they are written here: --interval, --start-period and
 # --retries equal every track's probe, --timeout is a hard stop above every track's timeout_s (the command's own
 # limit) plus Python's start; tests/unit/test_probes.py keeps them so.
 HEALTHCHECK --interval=30s --timeout=60s --start-period=60m --retries=3 \
-    CMD ["python3", "-c", "import json, os, urllib.request; p = json.load(open('/etc/sglang-sm120/plan.json'))['probe']; urllib.request.urlopen('http://127.0.0.1:%s%s' % (os.environ['PORT'], p['route']), timeout=p['timeout_s'])"]
+    CMD ["/opt/venv/bin/python3", "/opt/sglang-sm120/entrypoint.py", "health"]
 ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/python3", "/opt/sglang-sm120/entrypoint.py"]
 CMD ["baseline"]

@@ -37,7 +37,7 @@ def bench_label() -> str:
 
 
 MODELS_MOUNT = "/models"  # where --models DIR appears in the container (the README's `-v /models:/models`)
-KEY_MOUNT = "/run/secrets/api_key"  # where --api-key-file appears (read-only), named by API_KEY_FILE
+KEY_MOUNT = key_file.SECRET_PATH  # where --api-key-file appears (read-only), named by API_KEY_FILE
 HEALTH_POLL_S = 2.0
 STOP_TIMEOUT_S = 30
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)

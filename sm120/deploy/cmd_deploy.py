@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
     kubernetes.write(args.out, text)
     name, tag = kubernetes.image_reference(plan, args.registry)
     kind = kubernetes.workload_for(args.nodes).kind
+    nodes = f"{args.nodes} node{'s' if args.nodes > 1 else ''}"
     print(
-        f"wrote {args.out}: {args.nodes} nodes x {args.gpus} GPUs (TP {args.nodes * args.gpus}), a {kind}, "
+        f"wrote {args.out}: {nodes} x {args.gpus} GPUs (TP {args.nodes * args.gpus}), a {kind}, "
         f"mode {args.mode}, image {name}:{tag}"
     )
     for component, secret, key in kubernetes.secrets_for(request, kubernetes.workload_for(args.nodes)):

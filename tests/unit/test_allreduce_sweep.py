@@ -569,9 +569,12 @@ def test_the_sweep_gets_the_symm_mem_rules_environment_and_yours_wins(tmp_path, 
 
 
 def test_the_image_ships_the_sweep_package():
+    """Every tool is a package inside sm120/image/, which the image holds whole (tests/unit/test_layout.py)."""
     dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "COPY sm120/image/ /opt/sglang-sm120/sm120/image/" in dockerfile
     overlay = dockerfile.split("AS overlay", 1)[1].split("\nFROM ", 1)[0]
+    assert "COPY --from=patched /opt/sglang-sm120/sm120/ /opt/sglang-sm120/sm120/" in overlay
     for module, _, _ in tools.TOOLS.values():
         package = module.replace(".", "/")
-        assert f"COPY {package}/ /opt/sglang-sm120/{package}/" in overlay, package
+        assert package.startswith("sm120/image/") and (ROOT / package / "__main__.py").is_file(), package
         assert not re.search(r"^\s*(import|from)\s+(torch|sglang)", (ROOT / package / "__main__.py").read_text(), re.M)

@@ -101,7 +101,8 @@ def test_the_flash_attn_stage_gets_the_plans_kernel_subset():
 
 
 def test_the_plan_json_path_is_written_once():
-    """The Dockerfile gets the path as the build arg PLAN_JSON (its default, the only spelling there, is kept equal
-    to the plan's by test_dockerfile); the entrypoint reads it from the module that defines it."""
-    assert re.findall(r"/etc/[\w.-]+/plan\.json", DOCKERFILE) == [PLAN_JSON_PATH]
-    assert f"ARG PLAN_JSON={PLAN_JSON_PATH}\n" in DOCKERFILE
+    """The Dockerfile gets the path as the build arg PLAN_JSON, from the plan, and spells it nowhere; the entrypoint
+    and the health probe read it from the module that defines it."""
+    assert re.findall(r"/etc/[\w.-]+/plan\.json", DOCKERFILE) == []
+    assert "COPY ${PLAN_DIR}/plan.json ${PLAN_JSON}" in DOCKERFILE
+    assert resolve("offline", CONFIG.defaults.sglang).build_args["PLAN_JSON"] == PLAN_JSON_PATH

@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sm120.image.entrypoint.spec import PLAN_JSON_PATH
 from sm120.plan import config as cfg
 from sm120.plan import resolve as planmod
 from tests.kubernetes_pods import MODELS, container, render, template, workload
@@ -67,13 +66,11 @@ def test_the_healthchecks_flags_agree_with_every_tracks_probe(track):
     assert probe.timeout_s > probe.sglang_timeout_s
 
 
-def test_the_healthchecks_command_reads_the_plan():
-    """No route, port or timeout of its own: the plan.json path (the image's), PORT, the plan's probe."""
+def test_the_healthchecks_command_is_the_images_health_tool():
+    """No route, port or timeout of its own: the entrypoint's `health` tool (sm120/image/probe/) reads the plan."""
     _, cmd = healthcheck()
-    assert cmd[:2] == ["python3", "-c"] and len(cmd) == 3
-    code = cmd[2]
-    assert re.findall(r"/etc/[\w.-]+/plan\.json", code) == [PLAN_JSON_PATH]
-    assert "['probe']" in code and "['route']" in code and "['timeout_s']" in code and "os.environ['PORT']" in code
+    assert cmd == ["/opt/venv/bin/python3", "/opt/sglang-sm120/entrypoint.py", "health"]
+    code = (ROOT / "sm120" / "image" / "probe" / "__main__.py").read_text()
     assert "/health" not in code and not re.search(r"timeout=\d", code), "the route and timeout come from the plan"
 
 
@@ -108,13 +105,13 @@ def serve(route: str, delay: float = 0.0) -> tuple[_Server, list[str]]:
 
 
 def run_healthcheck(tmp_path: Path, port: int, probe: dict) -> subprocess.CompletedProcess[str]:
-    """The HEALTHCHECK's command as the engine runs it, reading a plan.json of ours in place of the image's."""
-    _, cmd = healthcheck()
+    """The HEALTHCHECK's command as the engine runs it (the checkout's entrypoint script), reading a plan.json of
+    ours (SM120_PLAN) in place of the image's."""
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"probe": probe}))
-    code = cmd[2].replace(PLAN_JSON_PATH, str(plan))
-    env = {"PORT": str(port), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    env = {"PORT": str(port), "PATH": "/usr/bin:/bin", "SM120_PLAN": str(plan)}
+    argv = [sys.executable, str(ROOT / "docker" / "entrypoint.py"), "health"]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
 
 
 @pytest.mark.parametrize("track", TRACKS)

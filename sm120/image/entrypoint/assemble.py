@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import Log, UsageError, show
+from .key_file import SECRET_PATH
 from .options import EXTRA, USER, Command, Item, group
 from .spec import EntrypointSpec, draft_tree_most
 
@@ -50,7 +51,7 @@ VARIABLES = [
     Variable(
         "API_KEY_FILE",
         None,
-        "file (a secret, e.g. /run/secrets/api_key) whose one line is SGLang's --api-key (A-Z a-z 0-9 . _ ~ + / = -); "
+        f"file (a secret, e.g. {SECRET_PATH}) whose one line is SGLang's --api-key (A-Z a-z 0-9 . _ ~ + / = -); "
         "shown as ********, on no command line (--api-key, --admin-api-key and their prefixes are refused)",
     ),
     Variable(

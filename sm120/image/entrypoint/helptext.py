@@ -6,6 +6,7 @@ import textwrap
 
 from .assemble import VARIABLES
 from .errors import UsageError
+from .key_file import SECRET_PATH
 from .spec import EntrypointSpec
 from .tools import TOOLS
 
@@ -22,7 +23,7 @@ options:
   -- ...       everything after `--` goes to SGLang as it is, and wins over presets and variables
 """
 
-EXAMPLES = """\
+EXAMPLES = f"""\
 examples:
   docker run --gpus all --ipc=host -p 30000:30000 -v /models:/models \\
       -e MODEL_PATH=/models/Kimi-K2.5-NVFP4 -e TP_SIZE=8 IMAGE baseline
@@ -30,8 +31,8 @@ examples:
       -e MODEL_PATH=/models/Kimi-K2.5-NVFP4 -e DRAFT_MODEL_PATH=/models/Kimi-K2.5-eagle3 -e TP_SIZE=8 \\
       IMAGE eagle3 -- --mem-fraction-static 0.85
   with an API key (clients send `Authorization: Bearer KEY`; /health stays open for the HEALTHCHECK):
-  docker run --gpus all --ipc=host -p 30000:30000 -v /models:/models -v /etc/sglang/key:/run/secrets/api_key:ro \\
-      -e API_KEY_FILE=/run/secrets/api_key -e MODEL_PATH=/models/Kimi-K2.5-NVFP4 -e TP_SIZE=8 IMAGE baseline
+  docker run --gpus all --ipc=host -p 30000:30000 -v /models:/models -v /etc/sglang/key:{SECRET_PATH}:ro \\
+      -e API_KEY_FILE={SECRET_PATH} -e MODEL_PATH=/models/Kimi-K2.5-NVFP4 -e TP_SIZE=8 IMAGE baseline
   with an API key, SGLang's admin routes are closed (it gets an admin key nobody knows, made at start, never shown);
   to open them, mount a second secret and set ADMIN_API_KEY_FILE=/run/secrets/admin_api_key (its one line is the
   admin key). A key in a variable (API_KEY=..., SGLANG_API_KEY=...) or on a command line (--api-key, --admin-api-key,

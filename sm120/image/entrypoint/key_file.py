@@ -36,6 +36,7 @@ VARIABLE = "API_KEY_FILE"
 OPTION = "--api-key"
 ADMIN_VARIABLE = "ADMIN_API_KEY_FILE"
 ADMIN_OPTION = "--admin-api-key"
+SECRET_PATH = "/run/secrets/api_key"  # where the examples, Compose, Kubernetes and `bench --image` mount the key
 FILES = {VARIABLE: OPTION, ADMIN_VARIABLE: ADMIN_OPTION}  # each key file variable and the option it feeds
 # Set by the entrypoint for the launcher only (never by a user: the entrypoint refuses it): "closed" makes the
 # launcher pass an admin key nobody knows. It is no secret: the key itself is made in the launcher's process.
@@ -69,7 +70,7 @@ class KeyFileError(ValueError):
 
 def _unreadable(path: str, exc: OSError) -> KeyFileError:
     if isinstance(exc, FileNotFoundError):
-        return KeyFileError("no such file", "mount the secret there, e.g. -v /path/on/host:/run/secrets/api_key:ro")
+        return KeyFileError("no such file", f"mount the secret there, e.g. -v /path/on/host:{SECRET_PATH}:ro")
     if isinstance(exc, PermissionError):
         try:
             st = os.stat(path)

@@ -25,6 +25,11 @@ TOOLS: dict[str, tuple[str, str, str]] = {
         "measures SGLang's symmetric-memory (two-shot) all-reduce against NCCL on these GPUs, size by size, and "
         "prints the limit to set (SM120_SYMM_MEM_MAX_SIZES); its options: `allreduce-sweep --help`",
     ),
+    "health": (
+        "sm120.image.probe",
+        "",
+        "the HEALTHCHECK's probe: exit 0 when the plan's probe route (build.toml [tracks.X.probe]) answers on PORT",
+    ),
 }
 
 

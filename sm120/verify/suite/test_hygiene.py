@@ -160,14 +160,14 @@ def test_docker_stop_ends_it_within_two_seconds(passthrough):
 
 
 # ---------------------------------------------------------------------------------------------------
-# HEALTHCHECK: defined, and it probes the configured port: run it against a stand-in /health on that port.
+# HEALTHCHECK: defined, and it probes the plan's route on the configured port: run it against a stand-in there.
 # ---------------------------------------------------------------------------------------------------
 
 HEALTH_PROBE = r"""
 import http.server, os, subprocess, threading
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
+        self.send_response(200 if self.path == ROUTE else 404)
         self.end_headers()
     def log_message(self, *args):
         pass
@@ -186,15 +186,14 @@ report({"up": up, "down": down})
 """
 
 
-def test_healthcheck_probes_the_configured_port(image, expect, py):
+def test_healthcheck_probes_the_configured_port(image, expect, plan, py):
     test = image.healthcheck
     assert test and test[0] in ("CMD", "CMD-SHELL"), f"no HEALTHCHECK (Test: {test})"
-    text = " ".join(test[1:])
-    assert "/health" in text, f"the HEALTHCHECK does not call /health: {text}"
+    route = plan.probe.route
     assert image.env.get("PORT") == str(expect.port), (
         f"ENV PORT={image.env.get('PORT')}, the label sglang-sm120.port says {expect.port}"
     )
     assert f"{expect.port}/tcp" in image.exposed_ports, f"EXPOSE lacks {expect.port} ({image.exposed_ports})"
-    out = py(f"TEST = {json.dumps(test)}\nPORT = {expect.port}\n{HEALTH_PROBE}")
-    assert out["up"] == 0, f"the HEALTHCHECK fails while /health answers 200 on port {expect.port}"
+    out = py(f"TEST = {json.dumps(test)}\nPORT = {expect.port}\nROUTE = {route!r}\n{HEALTH_PROBE}")
+    assert out["up"] == 0, f"the HEALTHCHECK fails while {route} answers 200 on port {expect.port}"
     assert out["down"] != 0, f"the HEALTHCHECK passes with nothing listening on port {expect.port}"
