@@ -194,11 +194,7 @@ def key_refused(session: requests.Session, endpoint: str, status: int, path: str
 
 def check_access(session: requests.Session, endpoint: str, timeout_s: float = 30.0) -> None:
     """Raise KeyRefused when GET /server_info (behind SGLang's key; /health is not) answers 401 or 403."""
-    try:
-        with session.get(f"{endpoint}/server_info", timeout=(CONNECT_TIMEOUT_S, timeout_s), stream=True) as resp:
-            status = resp.status_code
-    except requests.RequestException:
-        return  # /generate tells, with a clearer reason
+    status = _status(session, endpoint, "/server_info", timeout_s)
     if status in AUTH_STATUSES:
         raise key_refused(session, endpoint, status, "/server_info")
 
@@ -293,19 +289,29 @@ def describe(exc: BaseException) -> str:
     return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
-def probe(session: requests.Session, endpoint: str, timeout_s: float = 10.0) -> None:
-    """Raise ServerUnreachable unless GET /health answers 200 (within timeout_s in all, plus the connect)."""
+def _status(session: requests.Session, endpoint: str, path: str, timeout_s: float) -> int:
+    """GET path's HTTP status within timeout_s in all, plus the connect (a server that sends its headers a byte
+    at a time cannot hold bench); ServerUnreachable when no status came."""
     watched(session)
     limit = CONNECT_TIMEOUT_S + timeout_s
-    watch = _total(limit, f"no answer to /health within {limit:g} s")
+    watch = _total(limit, f"no answer to {path} within {limit:g} s")
     try:
-        with watch, session.get(f"{endpoint}/health", timeout=(CONNECT_TIMEOUT_S, timeout_s), stream=True) as resp:
+        with watch, session.get(f"{endpoint}{path}", timeout=(CONNECT_TIMEOUT_S, timeout_s), stream=True) as resp:
             status = resp.status_code
     except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
         reason = watch.fired or describe(exc)
         raise ServerUnreachable(f"cannot reach SGLang at {endpoint}: {reason}") from None
     if watch.fired is not None:  # cut off in the middle of its headers (http.client takes EOF as their end)
         raise ServerUnreachable(f"cannot reach SGLang at {endpoint}: {watch.fired}")
+    return status
+
+
+def probe(session: requests.Session, endpoint: str, timeout_s: float = 10.0) -> None:
+    """Raise ServerUnreachable unless GET /health answers 200 (within timeout_s in all, plus the connect),
+    KeyRefused when it answers 401 or 403 (SGLang leaves /health open; a proxy in front may not)."""
+    status = _status(session, endpoint, "/health", timeout_s)
+    if status in AUTH_STATUSES:
+        raise key_refused(session, endpoint, status, "/health")
     if status != 200:
         raise ServerUnreachable(f"SGLang at {endpoint} is not ready: /health answered HTTP {status}")
 

@@ -46,7 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_args(p, sglang=False, profile=False)
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--endpoint", metavar="URL", help="a running SGLang server (a bare host gets the image's port)")
-    target.add_argument("--image", metavar="TAG", help="start this image once per mode (docker SDK) and measure it")
+    target.add_argument(
+        "--image",
+        type=image_ref.image_argument,
+        metavar="TAG",
+        help="start this image once per mode (docker SDK) and measure it",
+    )
     p.add_argument("--label", metavar="NAME", help="with --endpoint: the name of this measurement (e.g. baseline)")
     p.add_argument(
         "--baseline", metavar="NAME", default=BASELINE, help="label the speedups are over (default: %(default)s)"
@@ -256,7 +261,6 @@ def _target(args: argparse.Namespace) -> tuple[str, list[str]]:
     """What is measured: --endpoint with its label (the endpoint, [label]), or --image ('', []: its modes, later).
     Checked before anything is asked of the server or of Docker."""
     if args.image is not None:
-        image_ref.check_reference(args.image, "--image", allow_id=True)
         args.gpus = gpu_ids.check_gpus(args.gpus, "--gpus", allow_none=True)  # before Docker is asked
         if args.label:
             raise UsageError("--label goes with --endpoint; with --image the labels are the modes")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import shlex
 import shutil
 import sys
@@ -96,6 +97,14 @@ def check_arguments(args: argparse.Namespace, dockerfile: Path) -> None:
         image_ref.check_cache(spec, "--cache-from")
     for spec in args.cache_to:
         image_ref.check_cache(spec, "--cache-to")
+    path = args.metadata_file
+    if path is not None:  # buildx writes it only after the build and the push: a bad path is found now
+        if path.is_dir():
+            raise UsageError(f"--metadata-file {path}: a folder; give a file name, e.g. {path / 'metadata.json'}")
+        if not path.parent.is_dir():
+            raise UsageError(f"--metadata-file {path}: no folder {path.parent} (buildx writes it after the push)")
+        if not os.access(path if path.exists() else path.parent, os.W_OK):
+            raise UsageError(f"--metadata-file {path}: cannot be written (no permission, or a read-only mount)")
 
 
 def run(args: argparse.Namespace) -> int:

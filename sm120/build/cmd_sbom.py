@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 from sm120.arguments import positive_float
-from sm120.build import docker_client, sbom
+from sm120.build import docker_client, image_ref, sbom
 from sm120.build.buildx import repository
 from sm120.errors import CheckFailed, UsageError
 from sm120.plan import labels
@@ -21,7 +21,13 @@ from sm120.plan import labels
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sbom", help="an SPDX SBOM of an image's packages (syft), small enough to attest")
     p.description = __doc__
-    p.add_argument("--image", required=True, metavar="REF", help="the image (tag, id or repository@digest)")
+    p.add_argument(
+        "--image",
+        required=True,
+        type=image_ref.image_argument,
+        metavar="REF",
+        help="the image (tag, id or repository@digest)",
+    )
     p.add_argument("--out", required=True, type=Path, metavar="FILE", help="where to write the SPDX JSON")
     p.add_argument(
         "--max-mib",

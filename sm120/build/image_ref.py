@@ -7,12 +7,13 @@ instead of a traceback or buildx's error after the bases were made.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from sm120.errors import UsageError
+from sm120.errors import UsageError, missing_package
 
 if TYPE_CHECKING:
     from sm120.plan.plan_types import Plan
@@ -47,6 +48,17 @@ def check_reference(value: str, flag: str, *, allow_id: bool = False) -> str:
             "allowed: [REGISTRY/]NAME[:TAG][@sha256:DIGEST], lower-case, e.g. ghcr.io/owner/sglang-sm120:0.5.9"
         ) from None
     return value
+
+
+def image_argument(value: str) -> str:
+    """argparse type of every command's --image (sbom, verify, bench): check_reference's, ID allowed, so an empty or
+    malformed reference is argparse's one line, before Docker is asked."""
+    try:
+        return check_reference(value, "--image", allow_id=True)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--image ")) from None  # argparse names it
+    except ModuleNotFoundError as exc:  # docker-image-py: argparse would let it out as a traceback
+        raise argparse.ArgumentTypeError(missing_package(exc)) from None
 
 
 def check_registry(value: str) -> str:

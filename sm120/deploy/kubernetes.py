@@ -54,7 +54,6 @@ _IFNAME = re.compile(r"[A-Za-z0-9_.:-]+")  # one Linux interface name (gloo take
 _RESOURCE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _QUANTITY = re.compile(r"[1-9][0-9]*(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 _CPU = re.compile(r"[1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*|[1-9][0-9]*m")  # 10, 9.5, 0.5, 500m; never 0
-_REGISTRY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
 _SECRET_KEY = re.compile(r"(?!\.$|\.\.)[-._A-Za-z0-9]+")  # a Secret's key (IsConfigMapKey): not '.', not '..*'
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")  # a label key's name part, <= 63
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")  # a label value, <= 63, may be empty
@@ -318,7 +317,8 @@ def check(plan: Plan, request: Request, source: Path = SOURCE) -> None:
                 "talk over P2P or shared memory)"
             )
     _match("--cache-size", request.cache_size, _QUANTITY, "a storage size such as 50Gi or 200G")
-    _match("--registry", request.registry, _REGISTRY, "a registry prefix such as ghcr.io/OWNER")
+    if request.registry is not None:
+        image_ref.check_registry(request.registry)  # the check `build --registry` makes
     _match("--cpu-request", request.cpu_request, _CPU, "a CPU quantity such as 10, 9.5 or 500m (not 0)")
     _match("--memory-request", request.memory_request, _QUANTITY, "a memory size such as 64Gi or 80G")
     _match("--shm-size", request.shm_size, _QUANTITY, "a memory size such as 16Gi")

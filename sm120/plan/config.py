@@ -538,12 +538,12 @@ def _allowed_keys_for(loc: tuple[Any, ...]) -> list[str]:
     return []
 
 
-def load(path: Path | str | None = None) -> Config:
-    """Read, parse and validate build.toml; check cross-references and that patch files exist."""
+def load(path: Path | str | None = None, *, text: str | None = None) -> Config:
+    """Read, parse and validate build.toml; check cross-references and that patch files exist. With `text`: that
+    text as if it were the file at `path` (`track add` checks what it would write, writing nothing)."""
     path = Path(path) if path is not None else DEFAULT_CONFIG
-    text = ""
     try:
-        text = read_regular_file(path)
+        text = read_regular_file(path) if text is None else text
         raw = tomllib.loads(text)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file; pass --config FILE or run from the checkout") from None

@@ -169,16 +169,19 @@ def check_and_write(path: Path, new_text: str, version: str, data: dict[str, Any
         raise CheckFailed(f"the stanza does not parse in {path.name} ({exc}); nothing written") from None
     if found != expected:
         raise CheckFailed(f"inserting the stanza changed more of {path.name} than tracks.{version}; nothing written")
+    try:
+        config = cfg.load(path, text=new_text)  # in memory: a dry run writes nothing, not even a temporary file
+        for profile in config.profiles:
+            resolve.resolve(config, profile=profile, sglang=version, machine=_CHECK_MACHINE)
+    except UsageError as exc:
+        raise UsageError(f'the new [tracks."{version}"] does not check out: {exc}; nothing written') from None
+    if not write:
+        return
     tmp = path.with_name(f".{path.name}.track-add-{os.getpid()}.tmp")
     try:
         tmp.write_text(new_text, encoding="utf-8")
-        try:
-            config = cfg.load(tmp)
-            for profile in config.profiles:
-                resolve.resolve(config, profile=profile, sglang=version, machine=_CHECK_MACHINE)
-        except UsageError as exc:
-            raise UsageError(f'the new [tracks."{version}"] does not check out: {exc}; nothing written') from None
-        if write:
-            tmp.replace(path)
+        tmp.replace(path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write it ({exc.strerror or exc}); nothing written") from None
     finally:
         tmp.unlink(missing_ok=True)

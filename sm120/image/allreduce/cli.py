@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,8 @@ def parse(argv: list[str]) -> Options:
     ns = parser().parse_args(argv)
     if ns.json is not None and (ns.json.is_dir() or not ns.json.parent.is_dir()):
         raise errors.usage(f"--json {str(ns.json)!r}: not a file in an existing directory")
+    if ns.json is not None and not os.access(ns.json if ns.json.exists() else ns.json.parent, os.W_OK):
+        raise errors.usage(f"--json {str(ns.json)!r}: cannot be written (no permission, or a read-only mount)")
     return Options(
         tp=ns.tp,
         sizes=ns.sizes,

@@ -29,11 +29,39 @@ class SizeError(ValueError):
     """A size that is not one, or out of the bounds; the message names the value."""
 
 
+def _shown(text: str) -> str:
+    """A value as a message quotes it, cut short when long (a 5000-digit size is one word)."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= 40 else quoted[:36] + "...'"
+
+
 def parse_size(text: str) -> int:
     match = _SIZE.fullmatch(text.strip())
     if match is None:
-        raise SizeError(f"{text!r} is not a size ({FORM})")
+        raise SizeError(f"{_shown(text)} is not a size ({FORM})")
     return int(match[1]) * _UNITS[match[2]]
+
+
+def parse_limits(text: str) -> dict[int, int]:
+    """SM120_SYMM_MEM_MAX_SIZES (`TP:SIZE[,TP:SIZE...]`) as the patch reads it: {world size: limit}. SizeError for
+    what the patch would ignore with a warning, keeping its built-in limits: an entry not TP:SIZE, a unit it does
+    not take, a world size twice, a limit out of its bounds."""
+    limits: dict[int, int] = {}
+    for entry in text.split(","):
+        tp, colon, size_text = entry.partition(":")
+        if not colon or not re.fullmatch(r"\s*[1-9][0-9]{0,2}\s*", tp):
+            raise SizeError(
+                f"{_shown(entry.strip())} is not TP:SIZE (one entry per TP, e.g. 4:8MiB or 2:512KiB,4:2MiB)"
+            )
+        size = parse_size(size_text)
+        if int(tp) in limits:
+            raise SizeError(f"TP {int(tp)} is given twice (one entry per TP)")
+        if not LIMIT_MIN <= size <= LIMIT_MAX:
+            raise SizeError(
+                f"{format_size(size)} is out of range ({format_size(LIMIT_MIN)} to {format_size(LIMIT_MAX)})"
+            )
+        limits[int(tp)] = size
+    return limits
 
 
 def parse_sizes(text: str) -> list[int]:

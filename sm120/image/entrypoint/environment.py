@@ -27,9 +27,10 @@ import re
 from collections.abc import Iterable, Mapping
 
 from ..allreduce.report import ENV as SYMM_MEM_VARIABLE
+from ..allreduce.sizes import SizeError, parse_limits
 from . import key_file, preflight, presets
 from .assemble import VARIABLES
-from .errors import UsageError
+from .errors import UsageError, show
 from .spec import EntrypointSpec
 
 # The image's own namespaces: a name there that is not one of its variables is a mistake.
@@ -166,12 +167,19 @@ def problem(name: str, known: frozenset[str]) -> str | None:
 
 
 def check(environ: Mapping[str, str], spec: EntrypointSpec | None) -> None:
-    """Exit 2 (UsageError) on the first variable, in name order, that problem() refuses."""
+    """Exit 2 (UsageError) on the first variable, in name order, that problem() refuses; then on a symmetric-memory
+    limit the patch would ignore (it reads it only once the communicator is built, minutes into the start)."""
     known = read_by_image(spec)
     for name in sorted(environ):
         why = problem(name, known)
         if why is not None:
             raise UsageError(why)
+    limits = environ.get(SYMM_MEM_VARIABLE, "")
+    try:
+        if limits.strip():  # empty: unset, as the patch reads it
+            parse_limits(limits)
+    except SizeError as exc:
+        raise UsageError(f"{SYMM_MEM_VARIABLE}={show(limits)}: {exc}; the patch would ignore it") from None
 
 
 def secret_variables(environ: Mapping[str, str]) -> list[str]:

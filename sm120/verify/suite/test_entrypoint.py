@@ -155,7 +155,32 @@ ROUND3 = [
     ("dist-octet", {"NNODES": "2", "TP_SIZE": "2", "DIST_INIT_ADDR": "300.1.1.1:5000"}, ["'300.1.1.1'"]),
     ("dist-port-zero", {"NNODES": "2", "TP_SIZE": "2", "DIST_INIT_ADDR": "h:05000"}, ["the port '05000'"]),
     ("port-empty", {"PORT": ""}, ["PORT='' is empty", "HEALTHCHECK"]),
+    # A near-miss variable (a typo) and a key in a plain variable: refused before anything loads, value unshown.
+    ("typo-tp-size", {"TP_SZIE": "8"}, ["TP_SZIE is not a variable this image reads", "resembles TP_SIZE"]),
+    ("typo-model-paths", {"MODEL_PATHS": "/x"}, ["MODEL_PATHS", "resembles MODEL_PATH"]),
+    ("key-in-a-variable", {"API_KEY": "k3y-in-plain-sight"}, ["API_KEY", "API_KEY_FILE"]),
 ]
+
+# What a container normally carries (Docker's, NVIDIA's, CUDA's, NCCL's, Hugging Face's, SGLang's own, Python's,
+# locale) passes the image's variable check, whatever else is set.
+CARRIED = {
+    "NVIDIA_VISIBLE_DEVICES": "all",
+    "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    "NCCL_DEBUG": "INFO",
+    "HF_TOKEN": "hf_x",
+    "HF_HUB_OFFLINE": "1",
+    "SGLANG_ENABLE_TORCH_COMPILE": "0",
+    "PYTHONFAULTHANDLER": "1",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TZ": "UTC",
+}
+
+
+def test_variables_a_container_carries_pass_in_the_image(box, image, models):
+    rc, _stdout, stderr = entrypoint(box, image, ["baseline", "--dry-run"], {**models, **CARRIED})
+    assert rc == 0, stderr.strip()[-600:]
 
 
 @pytest.mark.parametrize("env, says", [c[1:] for c in ROUND3], ids=[c[0] for c in ROUND3])
@@ -167,6 +192,7 @@ def test_issue24_bad_input_in_the_image(env, says, box, image, models):
     assert "Traceback" not in stderr and "internal error" not in stderr
     for text in says:
         assert text in stderr, f"the message does not mention {text!r}: {stderr.strip()[-300:]}"
+    assert "k3y-in-plain-sight" not in stderr + _stdout
 
 
 def test_issue24_a_kubernetes_node0_name_passes_in_the_image(box, image, models):
