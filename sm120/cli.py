@@ -15,6 +15,7 @@ from sm120.bench import cmd_bench
 from sm120.build import cmd_base, cmd_build, cmd_preflight, cmd_sbom
 from sm120.deploy import cmd_deploy
 from sm120.errors import CheckFailed, UsageError, missing_package, suggest
+from sm120.image.entrypoint.errors import SECRETS, Redacted
 from sm120.patches import cmd_patches
 from sm120.plan import cmd_plan
 from sm120.plan.config import ROOT
@@ -150,8 +151,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    stream, prog = sys.stdout, "build.py"
-    sys.stdout = _GuardedStdout(stream)  # type: ignore[assignment]
+    stream, errors, prog = sys.stdout, sys.stderr, "build.py"
+    # No secret in any output, by construction: every line written to stdout and stderr, the error lines below
+    # included, goes through SECRETS.redact (the entrypoint's step), fed by the command with what it learns (bench:
+    # the --api-key-file key, a password in --endpoint's URL).
+    SECRETS.clear()
+    sys.stdout = Redacted(_GuardedStdout(stream))  # type: ignore[assignment]
+    sys.stderr = Redacted(errors)  # type: ignore[assignment]
     try:
         args = _parse(argv)
         prog = f"build.py {args.command}"
@@ -165,7 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: error: cannot write to standard output: {exc}", file=sys.stderr)
         return 1
     finally:
-        sys.stdout = stream
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()  # a last line without its newline
+        sys.stdout, sys.stderr = stream, errors
 
 
 def _run(args: argparse.Namespace) -> int:

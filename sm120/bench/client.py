@@ -34,6 +34,7 @@ import urllib3.connection
 from sm120.bench.prompts import Prompt
 from sm120.errors import CheckFailed, UsageError
 from sm120.image.entrypoint.assemble import INTEGERS
+from sm120.image.entrypoint.errors import clip
 
 CONNECT_TIMEOUT_S = 5.0
 DEFAULT_DEADLINE_S = 1800.0  # one request in all: a first request may wait for JIT compiles
@@ -286,7 +287,7 @@ def describe(exc: BaseException) -> str:
         return match.group(1).strip().rstrip(".").lower()
     if "RemoteDisconnected" in text or "Connection aborted" in text:
         return "connection closed by the server"
-    return text.splitlines()[0][:160] if text else type(exc).__name__
+    return clip(text.splitlines()[0], 160) if text else type(exc).__name__
 
 
 def _status(session: requests.Session, endpoint: str, path: str, timeout_s: float) -> int:
@@ -510,7 +511,7 @@ def _measure(
                     progress["t"], progress["tokens"] = now, tokens
                 done, kind, abort = _finish(meta)
                 if abort is not None:
-                    raise RunFailed(f"request aborted by the server: {' '.join(abort.split())[:200]}")
+                    raise RunFailed(f"request aborted by the server: {clip(' '.join(abort.split()), 200)}")
                 if done:
                     final, t_end = {**obj, "_finish_type": kind}, now
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
@@ -566,7 +567,7 @@ def _check_status(session: requests.Session, endpoint: str, resp: requests.Respo
             text = resp.text
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
             text = ""
-        detail = " ".join(text.split())[:200] if text else ""
+        detail = clip(" ".join(text.split()), 200) if text else ""  # masked before the cut
         raise RunFailed(f"/generate answered HTTP {resp.status_code}" + (f": {detail}" if detail else ""))
 
 
@@ -576,13 +577,13 @@ def _chunk(payload: bytes) -> tuple[dict[str, Any], dict[str, Any], int]:
     try:
         obj = json.loads(payload, parse_constant=_no_constant)
     except (ValueError, RecursionError):
-        raise RunFailed(f"unreadable chunk from /generate: {payload[:80]!r}") from None
+        raise RunFailed(f"unreadable chunk from /generate: {clip(repr(payload), 84)}") from None
     if not isinstance(obj, dict):
-        raise RunFailed(f"unexpected chunk from /generate: {payload[:80]!r}")
+        raise RunFailed(f"unexpected chunk from /generate: {clip(repr(payload), 84)}")
     if "error" in obj:
         err = obj["error"]
         message = err.get("message") if isinstance(err, dict) else err
-        raise RunFailed(f"server error: {' '.join(str(message).split())[:200]}")
+        raise RunFailed(f"server error: {clip(' '.join(str(message).split()), 200)}")
     meta = obj.get("meta_info") if isinstance(obj.get("meta_info"), dict) else {}
     tokens = _count(meta.get("completion_tokens"))
     ids = obj.get("output_ids")

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -20,6 +21,7 @@ import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from sm120 import errors
 from sm120.arguments import add_config_args, integer, non_negative_int, positive_float, positive_int
@@ -29,6 +31,7 @@ from sm120.bench.results import BASELINE, LOCK_NAME, Label, Results, SaveFailed,
 from sm120.build import image_ref
 from sm120.errors import CheckFailed, UsageError, suggest
 from sm120.image.entrypoint import key_file
+from sm120.image.entrypoint.errors import SECRETS
 from sm120.plan import image_plan, resolve
 from sm120.plan.plan_types import Plan
 from sm120.verify import gpu_ids
@@ -163,9 +166,32 @@ def read_api_key(path: str | None) -> key_file.ApiKey | None:
     if path is None:
         return None
     try:
-        return key_file.read(path)
+        key = key_file.read(path)
     except key_file.KeyFileError as exc:
         raise UsageError(f"--api-key-file {path!r}: {exc.problem}" + (f"; {exc.hint}" if exc.hint else "")) from None
+    SECRETS.add(key.value)  # masked in everything bench prints and writes from here on (cli.main, results, report)
+    return key
+
+
+_USERINFO = re.compile(r"^([^:/?#]*://)?([^/?#]*)@")
+
+
+def endpoint_secrets(text: str) -> bool:
+    """--endpoint's user info (http://USER:PASSWORD@host): the password and the whole user info, as given and
+    percent-decoded, go to SECRETS before anything quotes the URL. Whether the URL holds any."""
+    match = _USERINFO.match(text.strip())
+    if match is None:
+        return False
+    userinfo = match.group(2)
+    for value in (userinfo, userinfo.partition(":")[2]):
+        SECRETS.add(value)
+        SECRETS.add(unquote(value))
+    return True
+
+
+def public_endpoint(url: str) -> str:
+    """The endpoint as bench.json and bench.md record it: without its user info."""
+    return _USERINFO.sub(lambda m: m.group(1) or "", url.strip(), count=1)
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -247,7 +273,10 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     results = _open_results(args, held, out_dir, labels, prompt_set)
     try:
         if image_job is None:
-            label = Label(labels[0], source={"endpoint": endpoint})
+            source: dict[str, Any] = {"endpoint": public_endpoint(endpoint)}
+            if endpoint_secrets(endpoint):
+                source["credentials"] = "given in the URL, not recorded"
+            label = Label(labels[0], source=source)
             runner.measure_label(endpoint, label, results, out_dir, prompt_set, run_plan)
         else:
             image_job.run(results, out_dir, prompt_set, run_plan)
@@ -268,6 +297,7 @@ def _target(args: argparse.Namespace) -> tuple[str, list[str]]:
         return "", []
     # --endpoint has no image: build.toml's plan (--config) gives the port to default to. --image reads the image's
     # own plan (read_image_plan) and never build.toml, so a bad --config cannot stop it.
+    endpoint_secrets(args.endpoint)  # first: every message below may quote --endpoint
     port = resolve.load_plan(args.config).image.port
     if not args.label:
         raise UsageError("--endpoint needs --label NAME (e.g. --label baseline, then --label eagle3)")

@@ -28,6 +28,7 @@ from sm120.build.docker_client import describe
 from sm120.build.docker_client import image as docker_image
 from sm120.errors import CheckFailed
 from sm120.image.entrypoint import key_file
+from sm120.image.entrypoint.errors import redact
 from sm120.plan.labels import namespace
 
 
@@ -100,7 +101,7 @@ def save_log(container: Any, path: Path) -> Path | None:
     except Exception:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    path.write_bytes(redact(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
     return path
 
 

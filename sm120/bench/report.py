@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120.bench.results import Results
+from sm120.image.entrypoint.errors import redact
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -40,7 +41,9 @@ def _source(label: dict[str, Any]) -> str:
         if spec:
             parts.append("steps {steps}, top-k {topk}, draft tokens {draft}".format(**spec))
     elif "endpoint" in src:
-        parts.append(f"endpoint {src['endpoint']}")
+        parts.append(
+            f"endpoint {src['endpoint']}" + (" (credentials given, not recorded)" if src.get("credentials") else "")
+        )
     if server.get("version"):
         parts.append(f"SGLang {server['version']}")
     if server.get("model_path"):
@@ -197,13 +200,13 @@ def plot(results: Results, path: Path) -> Path:
                 tick += (
                     f"\n{len(label['runs'])}{f' of {asked}' if isinstance(asked, int) else ''} runs, {label['status']}"
                 )
-            ticks.append(tick)
+            ticks.append(redact(tick))
         ax.set_xticklabels(ticks, rotation=20 if len(names) > 3 else 0, ha="right" if len(names) > 3 else "center")
         ax.set_title(title)
         ax.set_ylim(bottom=0)
         ax.grid(axis="y", alpha=0.3)
     title, incomplete = plot_title(data), _incomplete(data)
-    fig.suptitle(title, fontsize=10, color="black" if not incomplete else "darkred")
+    fig.suptitle(redact(title), fontsize=10, color="black" if not incomplete else "darkred")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -214,7 +217,7 @@ def write(results: Results, directory: Path) -> list[Path]:
     """bench.json, bench.md and bench.png in directory."""
     paths = [results.save(directory)]
     md = directory / "bench.md"
-    md.write_text(markdown(results), encoding="utf-8")
+    md.write_text(redact(markdown(results)), encoding="utf-8")
     paths.append(md)
     if any(label.runs for label in results.labels.values()):
         paths.append(plot(results, directory / "bench.png"))

@@ -22,6 +22,7 @@ from typing import Any
 
 from sm120.bench import stats
 from sm120.errors import CheckFailed, UsageError
+from sm120.image.entrypoint.errors import redact
 
 SCHEMA = 1
 BASELINE = "baseline"
@@ -146,8 +147,7 @@ class Results:
         try:
             os.chmod(tmp, 0o644)  # mkstemp makes it 0600; bench.json is a report others (CI artifacts) read
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(self.to_dict(), fh, indent=2)
-                fh.write("\n")
+                fh.write(redact(json.dumps(self.to_dict(), indent=2)) + "\n")  # no secret bench knows
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -22,7 +22,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify", help="check an image with the testinfra suite (sm120/verify/suite/)", description=__doc__
     )
-    p.add_argument("--image", required=True, metavar="TAG", help="the image to check (a tag or an id)")
+    p.add_argument(
+        "--image",
+        required=True,
+        metavar="TAG",
+        type=image_ref.image_argument,
+        help="the image to check (a tag or an id)",
+    )
     p.add_argument("--junit", metavar="FILE", type=Path, help="also write pytest's JUnit XML report to FILE")
     p.add_argument("-k", dest="select", metavar="EXPR", help="run only the checks matching EXPR (pytest -k)")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per check")
@@ -53,7 +59,6 @@ def check_junit(path: Path | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    image_ref.check_reference(args.image, "--image", allow_id=True)
     gpus = None if args.gpus is None else gpu_ids.check_gpus(args.gpus, "--gpus")  # before Docker is asked
     check_junit(args.junit)
     extra_env = {"SM120_VERIFY_GPUS": gpus} if gpus else {}

@@ -69,6 +69,8 @@ class Behaviour:
     # SGLang's --api-key (srt/utils/auth.py): every route but /health*, /ready* and /metrics wants
     # `Authorization: Bearer KEY`, else 401 {"error": "Unauthorized"}.
     api_key: str | None = field(default=None, repr=False)
+    # A careless server: the 401 body and the error chunk (error_on_request) quote the request's Authorization header.
+    echo_auth: bool = False
     # A gate: the Nth /generate request waits, before any answer, until StandIn.release() (or stop()), for at
     # most `hold_for` s; StandIn.held is set when it starts to wait.
     hold_on_request: int | None = None
@@ -199,7 +201,8 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
             body = self.headers.get("Content-Length")
             if body:  # read it, so the connection stays usable
                 self.rfile.read(int(body))
-            self._json(401, {"error": "Unauthorized"})
+            echo = f" (got Authorization: {self.headers.get('Authorization')})" if standin.behaviour.echo_auth else ""
+            self._json(401, {"error": "Unauthorized" + echo})
             return False
 
         def do_GET(self) -> None:
@@ -277,7 +280,10 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if number == b.error_on_request:
                 time.sleep(b.ttft)
-                self._event({"error": {"message": "CUDA error: an illegal memory access was encountered"}})
+                message = "CUDA error: an illegal memory access was encountered"
+                if b.echo_auth:
+                    message += f" in a request with Authorization: {self.headers.get('Authorization')}"
+                self._event({"error": {"message": message}})
                 self._event(b"[DONE]")
                 self._chunk(b"")
                 return
