@@ -158,7 +158,7 @@ def test_an_api_key_file_reaches_the_server_by_a_read_only_mount_only(engine, tm
     launcher = ["python3", "/launcher/_with_api_key.py", "/standin/bench_standin.py"]
     s = spec(image, "docker-key", launcher)
     s.api_key_file = key_path
-    s.extra_volumes[str(ROOT / "sm120" / "entrypoint")] = {"bind": "/launcher", "mode": "ro"}
+    s.extra_volumes[str(ROOT / "sm120" / "image" / "entrypoint")] = {"bind": "/launcher", "mode": "ro"}
     plan = runner.RunPlan(runs=1, warmup=0, sampling=client.SamplingSettings(max_tokens=7), read_timeout_s=30)
     keyed = dataclasses.replace(plan, api_key=key_file.read(str(key_path)))
     with docker_runner.serve(dc, s, tmp_path) as endpoint:

@@ -111,7 +111,8 @@ def run_healthcheck(tmp_path: Path, port: int, probe: dict) -> subprocess.Comple
     plan.write_text(json.dumps({"probe": probe}))
     env = {"PORT": str(port), "PATH": "/usr/bin:/bin", "SM120_PLAN": str(plan)}
     argv = [sys.executable, str(ROOT / "docker" / "entrypoint.py"), "health"]
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    # cwd: not the checkout, where `python -c` would find the sm120 package whatever sys.path the tool set up
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("track", TRACKS)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .spec import EntrypointSpec
 
-ROOT = Path(__file__).resolve().parents[2]  # the directory holding the sm120 package (/opt/sglang-sm120)
+ROOT = Path(__file__).resolve().parents[3]  # the directory holding the sm120 package (/opt/sglang-sm120)
 
 # word -> (package whose __main__.main() runs it, the SGLang option whose runtime rules' environment it gets, summary)
 TOOLS: dict[str, tuple[str, str, str]] = {
