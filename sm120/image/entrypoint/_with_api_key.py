@@ -30,9 +30,9 @@ HERE = Path(__file__).resolve().parent
 PROG = "entrypoint"
 
 
-def _key_file() -> ModuleType:
-    name = "_sm120_key_file"
-    spec = importlib.util.spec_from_file_location(name, HERE / "key_file.py")
+def _load(stem: str) -> ModuleType:
+    name = f"_sm120_{stem}"
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{stem}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
@@ -46,7 +46,7 @@ def _error(*lines: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    key_file = _key_file()
+    key_file = _load("key_file")
     if len(argv) >= 2 and argv[0] == "-m":
         module, script, args = argv[1], None, argv[2:]
     elif argv and not argv[0].startswith("-"):
@@ -71,6 +71,11 @@ def main(argv: list[str]) -> int:
     sys.stderr = key_file.Masked(sys.stderr, *keys.values())  # type: ignore[assignment]
     added = [f"{option}={keys[option]}" for option in (key_file.ADMIN_OPTION, key_file.OPTION) if option in keys]
     sys.argv = [script or "-m", *args, *added]
+    if module is not None and module.startswith("sglang."):
+        try:  # SGLang's JSON answers (/server_info: its ServerArgs, the launch command) hold the keys: hide them
+            _load("hide_keys").install(keys.values())
+        except Exception as exc:
+            sys.stderr.write(f"[{PROG}] warning: the keys are not hidden from SGLang's /server_info ({exc!r})\n")
     if module is not None:
         sys.path[0] = os.getcwd()
         runpy.run_module(module, run_name="__main__", alter_sys=True)

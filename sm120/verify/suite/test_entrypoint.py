@@ -281,6 +281,14 @@ def _sm120_watch():
         "sglang_ran": "sglang.srt.server_args" in sys.modules,
         "in_cmdline": key in cmdline,
         "in_environ": any(key in v for v in os.environ.values()),
+        # hide_keys.py's middleware on SGLang's app: /server_info answers without the keys. Without a GPU the app's
+        # module loads on 0.5.23; 0.5.9's stops at sgl_kernel (no libcuda), SGLang's own start with it.
+        "app_loaded": "sglang.srt.entrypoints.http_server" in sys.modules,
+        "keys_hidden": any(
+            getattr(m.cls, "__name__", "") == "HideKeys"
+            for m in getattr(getattr(sys.modules.get("sglang.srt.entrypoints.http_server"), "app", None),
+                             "user_middleware", [])
+        ),
     }
     with open(out, "a") as f:  # one line per process (SGLang may start more with the same arguments)
         f.write(json.dumps(found) + "\\n")
@@ -321,4 +329,8 @@ def test_a_real_start_hands_the_key_to_sglang_only_inside_its_process(box, image
     assert started and all(p["last_argument"] and p["sglang_ran"] for p in started), (
         f"SGLang's launch_server did not run with the key: {found}"
     )
+    loaded = [p for p in started if p["app_loaded"]]
+    assert all(p["keys_hidden"] for p in loaded), f"SGLang's app answers /server_info with the keys: {found}"
+    if loaded:
+        assert "the keys are not hidden" not in stderr, stderr.strip()[-300:]
     assert not any(p["in_cmdline"] or p["in_environ"] for p in found), f"a command line or environment held it: {found}"
