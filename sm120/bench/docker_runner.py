@@ -22,6 +22,7 @@ from typing import Any
 import requests
 from tqdm import tqdm
 
+from sm120.bench import client
 from sm120.bench.client import ServerUnreachable
 from sm120.build.docker_client import connect as docker_connect
 from sm120.build.docker_client import describe
@@ -133,12 +134,12 @@ def wait_healthy(container: Any, endpoint: str, spec: ContainerSpec, log_path: P
                     f"{spec.label}: the container exited (status {code}) after {elapsed:.0f} s before /health "
                     f"answered; its log: {log_path}"
                 )
-            try:
-                if session.get(f"{endpoint}/health", timeout=5).status_code == 200:
-                    if bar is None:
-                        print(f"{spec.label}: /health answered after {elapsed:.0f} s", file=sys.stderr, flush=True)
-                    return
-            except requests.RequestException:
+            try:  # one deadline for the whole request (client.probe); a 401/403 is KeyRefused, not "not yet"
+                client.probe(session, endpoint, timeout_s=5)
+                if bar is None:
+                    print(f"{spec.label}: /health answered after {elapsed:.0f} s", file=sys.stderr, flush=True)
+                return
+            except ServerUnreachable:
                 pass
             if elapsed > spec.health_timeout_s:
                 save_log(container, log_path)
