@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,22 @@ def unshare_or_skip() -> list[str]:
     if exe is None or subprocess.run([exe, "-Urm", "true"], capture_output=True, check=False).returncode != 0:
         pytest.skip("unshare -Urm is not allowed here: no mount namespace of the test's own")
     return [exe, "-Urm"]
+
+
+def process_alive(pid: int) -> bool:
+    """Running (a zombie, or a pid gone, is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def process_gone(pid: int, timeout: float = 10) -> bool:
+    """Whether pid stops running within timeout s (a bound for an end already signalled, not a wait for work)."""
+    end = time.monotonic() + timeout
+    while process_alive(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True

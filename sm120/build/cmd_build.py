@@ -120,14 +120,7 @@ def run(args: argparse.Namespace) -> int:
         base_image_digest=args.base_image_digest,
         runtime_base_image_digest=args.runtime_base_image_digest,
     )
-    plan = planmod.load_plan(
-        config,
-        profile=args.profile,
-        sglang=args.sglang,
-        max_jobs=args.max_jobs,
-        cpus=args.cpus,
-        memory_gib=args.memory_gib,
-    )
+    plan = planmod.plan_from_args(config, args)
     staged = build_context.stage(config, plan, ROOT)  # plan.json, the series and the build_jobs secret
     return _run(args, config, plan, staged)
 

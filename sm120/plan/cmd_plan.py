@@ -22,14 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = cfg.load(args.config)
-    plan = resolve.load_plan(
-        config,
-        profile=args.profile,
-        sglang=args.sglang,
-        max_jobs=args.max_jobs,
-        cpus=args.cpus,
-        memory_gib=args.memory_gib,
-    )
+    plan = resolve.plan_from_args(config, args)
     if args.json:
         sys.stdout.write(plan.to_json())
     else:

@@ -288,6 +288,18 @@ def load_plan(
     return resolve(config, profile=profile, sglang=sglang, max_jobs=max_jobs, machine=machine)
 
 
+
+def plan_from_args(config: Config, args: Any) -> Plan:
+    """load_plan with the machine and track options every plan-resolving command takes (arguments.py's group)."""
+    return load_plan(
+        config,
+        profile=args.profile,
+        sglang=args.sglang,
+        max_jobs=args.max_jobs,
+        cpus=args.cpus,
+        memory_gib=args.memory_gib,
+    )
+
 def resolve(
     config: Config,
     *,

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ import pytest
 import docker
 from sm120 import cli
 from sm120.bench import docker_runner
-from tests.helpers import ROOT
+from tests.helpers import ROOT, process_gone
 from tests.unit.bench_standin import StandIn
 
 # --------------------------------------------------------------------------------------------------
@@ -62,23 +61,6 @@ print(f"#5 [devel 3/9] RUN make pid={os.getpid()}", flush=True)
 while True:
     time.sleep(1)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def _gone(pid: int, timeout: float = 10) -> bool:
-    end = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 class Build:
@@ -159,7 +141,7 @@ def test_a_signal_cancels_the_build_and_buildx_ends(how, code, says, buildx_says
     assert rc == code, err
     assert err.strip().splitlines()[-1] == f"build.py build: {says}" and "Traceback" not in err, err
     assert buildx_says is None or buildx_says in out  # what buildx printed while it cancelled is still shown
-    assert _gone(pid), "buildx outlived build.py"
+    assert process_gone(pid), "buildx outlived build.py"
 
 
 @pytest.mark.parametrize("how", ["ctrl_c", "sigterm"])
@@ -175,7 +157,7 @@ def test_a_buildx_that_does_not_end_is_killed_after_the_grace(how):
         build.proc.send_signal(signal.SIGTERM)
     rc, _, err = build.result()
     assert rc == (130 if how == "ctrl_c" else 143), err
-    assert _gone(pid), "buildx outlived build.py"
+    assert process_gone(pid), "buildx outlived build.py"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from sm120.verify import runner
-from tests.helpers import ROOT
+from tests.helpers import ROOT, process_alive, process_gone
 
 # build.py's CLI, with the runner's Docker side and pytest replaced (see the module's docstring).
 DRIVER = r"""
@@ -105,15 +105,6 @@ while True:
 """
 
 
-def alive(pid: int) -> bool:
-    """Running (a zombie, or a pid gone, is not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 class Verify:
     """The driver in a session of its own (as a terminal's foreground job), its output read line by line."""
 
@@ -180,22 +171,12 @@ class Verify:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         for event in self.events():
-            if event["event"] == "pytest" and alive(event["pid"]):
+            if event["event"] == "pytest" and process_alive(event["pid"]):
                 os.killpg(event["pgid"], signal.SIGKILL)
 
 
 def last_line(err: str) -> str:
     return [ln for ln in err.splitlines() if ln.strip()][-1]
-
-
-def gone(pid: int, timeout: float = 10) -> bool:
-    """The pid is no longer running (a SIGKILL lands at once, but not before the next line of the test)."""
-    end = time.monotonic() + timeout
-    while alive(pid):
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 @pytest.fixture
@@ -235,7 +216,7 @@ def test_a_signal_while_the_checks_run_tears_them_down_and_removes_the_run(verif
     started = events[0]
     assert started["pgid"] == started["pid"] == started["sid"]  # pytest in a process group (a session) of its own
     assert events[2]["settle_s"] == runner.SETTLE_S  # after an interruption: late creations are waited for
-    assert gone(started["pid"]) and gone(started["helper"]), "a process of the checks outlived verify"
+    assert process_gone(started["pid"]) and process_gone(started["helper"]), "a process of the checks outlived verify"
 
 
 def test_checks_that_ignore_the_signal_are_killed_after_the_grace(verify):
@@ -247,7 +228,9 @@ def test_checks_that_ignore_the_signal_are_killed_after_the_grace(verify):
     assert rc == 130 and last_line(err) == "build.py verify: interrupted", err
     assert "verify: stopping the checks" in err
     assert [e["event"] for e in events] == ["pytest", "remove_run", "removed"], events
-    assert gone(events[0]["pid"]) and gone(events[0]["helper"]), "a process of the checks outlived verify"
+    assert process_gone(events[0]["pid"]) and process_gone(events[0]["helper"]), (
+        "a process of the checks outlived verify"
+    )
 
 
 def test_a_signal_before_the_checks_start_stops_verify(verify):
