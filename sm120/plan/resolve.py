@@ -288,7 +288,6 @@ def load_plan(
     return resolve(config, profile=profile, sglang=sglang, max_jobs=max_jobs, machine=machine)
 
 
-
 def plan_from_args(config: Config, args: Any) -> Plan:
     """load_plan with the machine and track options every plan-resolving command takes (arguments.py's group)."""
     return load_plan(
@@ -299,6 +298,7 @@ def plan_from_args(config: Config, args: Any) -> Plan:
         cpus=args.cpus,
         memory_gib=args.memory_gib,
     )
+
 
 def resolve(
     config: Config,
