@@ -28,8 +28,9 @@ clone=${1:-$(mktemp -d /tmp/sm120-phases.XXXXXX)}
 
 if [ "$cold" = 1 ]; then
     echo "[phases] from nothing: removing this project's images, the build cache and the T1 environments"
-    docker image ls --format '{{.Repository}}:{{.Tag}}' | grep -E '^sglang-sm120' | xargs -r docker image rm -f >/dev/null
-    docker buildx prune --all --force >/dev/null
+    docker image ls --format '{{.Repository}}:{{.Tag}}' | { grep -E '^sglang-sm120' || true; } | xargs -r docker image rm -f >/dev/null
+    # A new machine may not have the buildx plugin yet (./dev installs it): then there is no build cache to drop.
+    ! docker buildx version >/dev/null 2>&1 || docker buildx prune --all --force >/dev/null
     rm -rf "${SGLANG_SM120_CACHE:-$HOME/.cache/sglang-sm120}"
 fi
 echo "[phases] df before: $(df -h --output=avail "$here" | tail -n 1 | tr -d ' ') free"
