@@ -83,9 +83,9 @@ def biggest(client: docker.DockerClient, tag: str, python: str, most: int = 12) 
     return [(name, int(mib)) for mib, name in (line.split("\t", 1) for line in out.strip().splitlines())]
 
 
-def without_not_shipped(tag: str, track: str) -> str:
-    """The same runtime stage built with NOT_SHIPPED empty (the buildx command build.py runs, `--print`, with that
-    build argument and the tag changed): the image before the not_shipped entries. Returns its tag."""
+def variant(tag: str, track: str, arg: str, value: str, suffix: str) -> str:
+    """The image built by the buildx command build.py runs (`--print`) with one build argument and the tag changed;
+    returns its tag."""
     cmd = shlex.split(
         subprocess.run(
             [*BUILD_PY, "build", "--profile", "offline", "--sglang", track, "--print"],
@@ -94,11 +94,10 @@ def without_not_shipped(tag: str, track: str) -> str:
             text=True,
         ).stdout
     )
-    before = f"{tag}-before-slim"
-    cmd = ["NOT_SHIPPED=" if a.startswith("NOT_SHIPPED=") else a for a in cmd]
-    cmd = [before if a == tag else a for a in cmd]
+    other = f"{tag}-{suffix}"
+    cmd = [f"{arg}={value}" if a.startswith(f"{arg}=") else other if a == tag else a for a in cmd]
     subprocess.run(cmd, check=True, capture_output=True)
-    return before
+    return other
 
 
 def sizes(args: argparse.Namespace) -> int:
@@ -116,7 +115,7 @@ def sizes(args: argparse.Namespace) -> int:
         entry["biggest"] = biggest(client, tag, p["python_version"])
         entry["left_out"] = [{"paths": n["paths"], "reason": n["reason"]} for n in p["not_shipped"]]
         if args.before:
-            before = without_not_shipped(tag, track)
+            before = variant(tag, track, "NOT_SHIPPED", "", "before-slim")  # the image before the not_shipped entries
             try:
                 entry["before_mib"] = size(client, before) / MIB
                 entry["before_biggest"] = biggest(client, before, p["python_version"])
@@ -175,18 +174,9 @@ def main() -> int:
         victim.write_bytes(original)
     build(track, log.with_name(log.name + "-restore.log"))
 
-    # The runtime stage on the devel base instead of the runtime base: what the runtime base saves. The same
-    # buildx command build.py runs (`--print`), with that one build argument and the tag changed.
-    on_devel = f"{tag}-on-devel"
-    cmd = shlex.split(
-        subprocess.run(
-            [*BUILD_PY, "build", "--profile", "offline", *track, "--print"], check=True, capture_output=True, text=True
-        ).stdout
-    )
-    cmd = [f"RUNTIME_BASE_IMAGE={p['base_image']}" if a.startswith("RUNTIME_BASE_IMAGE=") else a for a in cmd]
-    cmd = [on_devel if a == tag else a for a in cmd]
+    # The runtime stage on the devel base instead of the runtime base: what the runtime base saves.
     started = time.monotonic()
-    subprocess.run(cmd, check=True, capture_output=True)
+    on_devel = variant(tag, p["sglang_version"], "RUNTIME_BASE_IMAGE", p["base_image"], "on-devel")
     report["on_devel_build_s"] = time.monotonic() - started
     report["sizes"] = {
         "devel_base": size(client, p["base_image"]),

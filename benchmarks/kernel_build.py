@@ -18,6 +18,7 @@ figures and the exact commands.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -53,10 +54,7 @@ SOURCE = re.compile(r"(?:^|/)([\w.+-]+\.(?:cu|cpp))$")
 
 
 def _kind(name: str) -> str | None:
-    for kind in KINDS:
-        if name == kind or name.startswith(kind):
-            return kind
-    return None
+    return next((kind for kind in KINDS if name.startswith(kind)), None)
 
 
 class Sampler(threading.Thread):
@@ -128,14 +126,9 @@ class Sampler(threading.Thread):
                 if job is not None:
                     per_job[job] = per_job.get(job, 0) + rss
                     if self.jobs[job]["source"] is None:
-                        try:
-                            for arg in proc.cmdline():
-                                m = SOURCE.search(arg)
-                                if m and "-o" not in arg:
-                                    self.jobs[job]["source"] = m.group(1)
-                                    break
-                        except psutil.Error:
-                            pass
+                        with contextlib.suppress(psutil.Error):
+                            found = [m[1] for arg in proc.cmdline() if (m := SOURCE.search(arg)) and "-o" not in arg]
+                            self.jobs[job]["source"] = found[0] if found else None
             for job, rss in per_job.items():
                 self.jobs[job]["peak_rss"] = max(self.jobs[job]["peak_rss"], rss)
                 self.jobs[job]["last"] = now

@@ -10,9 +10,7 @@ from collections.abc import Callable
 
 # The longest number an option takes, the image's entrypoint's figure: int() would refuse past 4300 digits with a
 # traceback, and no count or size here needs more.
-from sm120.image.entrypoint.assemble import MAX_DIGITS
-
-__all__ = ["MAX_DIGITS"]
+from sm120.image.entrypoint.assemble import MAX_DIGITS as MAX_DIGITS
 
 
 def shown(text: str, limit: int = 40) -> str:
@@ -43,7 +41,6 @@ def integer(minimum: int | None = None) -> Callable[[str], int]:
 
 
 positive_int = integer(1)
-non_negative_int = integer(0)
 
 
 def positive_float(text: str) -> float:

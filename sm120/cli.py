@@ -8,7 +8,7 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from sm120.bench import cmd_bench
@@ -101,29 +101,27 @@ class _StdoutFailed(Exception):
     OSError, so that a command's own handling of its files (and argparse's of --help) does not take it for theirs."""
 
 
-def _guarded(call: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return call(*args)
-    except BrokenPipeError:  # the reader went away: main's own case (exit 141, silently)
-        raise
-    except OSError as exc:
-        raise _StdoutFailed(exc.strerror or str(exc)) from None
-
-
 class _GuardedStdout:
-    """sys.stdout while build.py runs: an OSError from writing it is told apart from any other OSError."""
+    """The stream under sys.stdout's Redacted while build.py runs (Redacted calls only its write and flush): an
+    OSError from writing it is told apart from any other OSError; BrokenPipeError stays main's own case (exit 141)."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        return _guarded(self._stream.write, text)
-
-    def writelines(self, lines: Iterable[str]) -> None:
-        _guarded(self._stream.writelines, lines)
+        return self._guarded(self._stream.write, text)
 
     def flush(self) -> None:
-        _guarded(self._stream.flush)
+        self._guarded(self._stream.flush)
+
+    @staticmethod
+    def _guarded(call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _StdoutFailed(exc.strerror or str(exc)) from None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -136,20 +134,6 @@ def _stdout_to_devnull() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _stdout_closed() -> int:
-    """The reader of stdout went away (`build.py plan --json | head -c1`): no traceback, and none at exit either."""
-    _stdout_to_devnull()
-    return 141  # 128 + SIGPIPE, what a shell tool that died of the signal reports
-
-
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    try:
-        return build_parser().parse_args(argv)
-    except SystemExit:  # --help (or a usage error): what --help printed reaches stdout before the exit
-        sys.stdout.flush()
-        raise
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     stream, errors, prog = sys.stdout, sys.stderr, "build.py"
     # No secret in any output, by construction: every line written to stdout and stderr, the error lines below
@@ -159,13 +143,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout = Redacted(_GuardedStdout(stream))  # type: ignore[assignment]
     sys.stderr = Redacted(errors)  # type: ignore[assignment]
     try:
-        args = _parse(argv)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit:  # --help (or a usage error): what --help printed reaches stdout before the exit
+            sys.stdout.flush()
+            raise
         prog = f"build.py {args.command}"
         code = _run(args)
         sys.stdout.flush()  # here, not at exit: `build.py plan > /dev/full` is one line below, not a traceback
         return code
-    except BrokenPipeError:
-        return _stdout_closed()
+    except BrokenPipeError:  # the reader went away (`build.py plan --json | head -c1`): no traceback, none at exit
+        _stdout_to_devnull()
+        return 141  # 128 + SIGPIPE, what a shell tool that died of the signal reports
     except _StdoutFailed as exc:  # not a usage error (exit 2): the command did its work, its output was lost
         _stdout_to_devnull()
         print(f"{prog}: error: cannot write to standard output: {exc}", file=sys.stderr)

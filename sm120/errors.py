@@ -9,9 +9,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from sm120.image.exit_errors import CheckFailed, UsageError
-
-__all__ = ["CheckFailed", "Terminated", "UsageError", "missing_package", "suggest"]
+from sm120.image.exit_errors import CheckFailed as CheckFailed
+from sm120.image.exit_errors import UsageError as UsageError
 
 
 def suggest(name: object, allowed: Iterable[str]) -> str:

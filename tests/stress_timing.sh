@@ -18,9 +18,7 @@ if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
 fi
 if [ $# -eq 0 ]; then
     set -- \
-        tests/unit/test_bench_round3.py::test_sigterm_keeps_the_runs_like_ctrl_c \
-        tests/unit/test_bench_round3.py::test_a_second_bench_on_the_same_out_is_refused_and_the_first_loses_nothing \
-        tests/unit/test_bench_bad_input.py::test_an_interrupted_run_says_so_in_bench_md_and_bench_png \
+        tests/unit/test_bench_keeps_runs.py \
         tests/unit/test_verify_signals.py \
         tests/unit/test_stop_on_signals.py \
         tests/unit/test_entrypoint_signals.py

@@ -1,9 +1,12 @@
-"""`build.py bench`: single-stream SGLang benchmark (baseline vs EAGLE-3) through SGLang's HTTP API.
+"""`build.py bench`: SGLang under load, baseline vs EAGLE-3, on SGLang's own bench_serving.
 
-Against a running server:  build.py bench --endpoint URL --label NAME
+Against a running server:  build.py bench --endpoint URL --label NAME --tokenizer DIR
 Starting the image:        build.py bench --image TAG [--modes LIST] --models DIR --env MODEL_PATH=...
-Results in --out DIR: bench.json (every run, summaries, speedups), bench.md, bench.png.
-Exit status: 0 done; 1 a run failed or --min-speedup not met; 2 bad input or the server/engine unreachable.
+For each label, at each concurrency of --concurrency, --runs runs of bench_serving (from the image: the server's
+SGLang) over the prompt set: throughput, TTFT/TPOT/ITL percentiles, accept length; then the speedup over the
+baseline per concurrency with its 95 % interval, and the concurrency from which EAGLE-3 stops being faster.
+Results in --out DIR: bench.json (every run, saved as each finishes), bench.md, bench.png.
+Exit status: 0 done; 1 a run failed or --min-speedup not met; 2 bad input, or the server/engine unreachable.
 """
 
 from __future__ import annotations
@@ -13,19 +16,21 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import tempfile
-import threading
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from tqdm import tqdm
+
 from sm120 import errors
-from sm120.arguments import add_config_args, integer, non_negative_int, positive_float, positive_int
-from sm120.bench import client, docker_runner, grid, report, runner
+from sm120.arguments import add_config_args, integer, positive_float, positive_int
+from sm120.bench import docker_runner, grid, probe, report, serving, sweep
 from sm120.bench import prompts as prompts_mod
 from sm120.bench.results import BASELINE, LOCK_NAME, Label, Results, SaveFailed, open_results, writer_lock
 from sm120.build import image_ref
@@ -36,13 +41,14 @@ from sm120.plan import image_plan, resolve
 from sm120.plan.plan_types import Plan
 from sm120.verify import gpu_ids
 
-METRICS = {"decode": "decode_tok_s", "e2e": "e2e_tok_s"}
+DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64"
+MAX_CONCURRENCY = 4096
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
-        help="benchmark a SGLang server or the image (baseline vs EAGLE-3)",
+        help="benchmark a SGLang server or the image under load (baseline vs EAGLE-3, bench_serving)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -50,69 +56,67 @@ def register(sub: argparse._SubParsersAction) -> None:
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--endpoint", metavar="URL", help="a running SGLang server (a bare host gets the image's port)")
     target.add_argument(
-        "--image",
-        type=image_ref.image_argument,
-        metavar="TAG",
-        help="start this image once per mode (docker SDK) and measure it",
+        "--image", type=image_ref.image_argument, metavar="TAG", help="start this image once per mode and measure it"
     )
     p.add_argument("--label", metavar="NAME", help="with --endpoint: the name of this measurement (e.g. baseline)")
     p.add_argument(
-        "--baseline", metavar="NAME", default=BASELINE, help="label the speedups are over (default: %(default)s)"
+        "--baseline", metavar="NAME", default=BASELINE, help="label speedups are over (default: %(default)s)"
     )
 
-    m = p.add_argument_group("measurement")
+    m = p.add_argument_group("the sweep")
     m.add_argument(
-        "--runs", type=positive_int, default=10, metavar="N", help="timed runs per label (default: %(default)s)"
+        "--concurrency",
+        metavar="LIST",
+        default=DEFAULT_CONCURRENCY,
+        help="concurrent requests, one point each (default: %(default)s)",
     )
+    m.add_argument("--runs", type=positive_int, default=3, metavar="N", help="runs per point (default: %(default)s)")
     m.add_argument(
-        "--warmup", type=non_negative_int, default=1, metavar="K", help="untimed runs first (default: %(default)s)"
-    )
-    m.add_argument(
-        "--max-tokens", type=positive_int, default=256, metavar="N", help="max_new_tokens (default: %(default)s)"
+        "--max-tokens", type=positive_int, default=256, metavar="N", help="output tokens per request (%(default)s)"
     )
     m.add_argument("--prompts", metavar="FILE", help="JSONL prompts (default: the shipped code/chat/reasoning set)")
+    m.add_argument("--seed", type=integer(), default=0, help="bench_serving's --seed (default: %(default)s)")
+    m.add_argument("--tokenizer", metavar="DIR", help="the model's tokenizer files (with --image: MODEL_PATH's)")
     m.add_argument(
-        "--seed", type=integer(), default=0, help="sampling_seed sent with every request (default: %(default)s)"
-    )
-    m.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
-    m.add_argument(
-        "--timeout",
-        type=positive_float,
-        default=300.0,
-        metavar="S",
-        help="longest wait for a new token, keep-alive lines or not (default: %(default)s)",
+        "--bench-image",
+        type=image_ref.image_argument,
+        metavar="TAG",
+        help="with --endpoint: the image whose bench_serving runs (default: build.toml's image, the server's SGLang)",
     )
     m.add_argument(
-        "--request-timeout",
-        type=positive_float,
-        default=client.DEFAULT_DEADLINE_S,
-        metavar="S",
-        help="longest one request may take in all (default: %(default)s)",
+        "--run-timeout", type=positive_float, default=1800.0, metavar="S", help="one run in all (default: %(default)s)"
     )
     m.add_argument(
         "--api-key-file",
         metavar="FILE",
-        help="the server's API key (one line), sent as `Authorization: Bearer`; with --image also mounted "
-        "read-only into each container as its API_KEY_FILE",
+        help="the server's API key (one line), read by bench_serving from a read-only mount; with --image also "
+        "the server's API_KEY_FILE",
     )
     m.add_argument("--out", metavar="DIR", default="bench-results", help="results directory (default: %(default)s)")
     m.add_argument("--fresh", action="store_true", help="drop the labels already in DIR/bench.json")
-    m.add_argument("--min-speedup", type=positive_float, metavar="X", help="exit 1 when a mode / baseline is below X")
+    m.add_argument(
+        "--min-speedup",
+        type=positive_float,
+        metavar="X",
+        help="exit 1 unless each speedup's 95 %% interval starts at X or above",
+    )
+    m.add_argument(
+        "--gate-concurrency",
+        type=positive_int,
+        metavar="C",
+        help="the concurrency --min-speedup judges (default: the lowest)",
+    )
     m.add_argument(
         "--speedup-metric",
-        choices=sorted(METRICS),
-        default="decode",
-        help="figure --min-speedup and --spec-grid judge by (default: %(default)s)",
+        choices=sorted(sweep.SPEEDUP_FIGURES),
+        default="output",
+        help="output: tok/s of all requests; per-request: tok/s of each (default: %(default)s)",
     )
 
     d = p.add_argument_group("--image mode")
-    d.add_argument(
-        "--modes", metavar="LIST", help="entrypoint modes, e.g. baseline,eagle3 (default: every mode of the image)"
-    )
+    d.add_argument("--modes", metavar="LIST", help="entrypoint modes, e.g. baseline,eagle3 (default: every mode)")
     d.add_argument("--models", metavar="DIR", help="host model directory, mounted read-only at /models")
-    d.add_argument(
-        "--env", action="append", default=[], metavar="K=V", help="entrypoint variable (MODEL_PATH, TP_SIZE, ...)"
-    )
+    d.add_argument("--env", action="append", default=[], metavar="K=V", help="entrypoint variable (MODEL_PATH, ...)")
     d.add_argument(
         "--gpus", default="all", metavar="all|none|IDS", help="GPUs for the container (default: %(default)s)"
     )
@@ -120,11 +124,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--cache-volume", metavar="NAME", help="named volume for the JIT cache (default: <image repo>-cache)"
     )
     d.add_argument(
-        "--health-timeout",
-        type=positive_float,
-        default=1800.0,
-        metavar="S",
-        help="wait for /health (default: %(default)s)",
+        "--health-timeout", type=positive_float, default=1800.0, metavar="S", help="wait for /health (%(default)s)"
     )
     d.add_argument(
         "--spec-grid", action="store_true", help="sweep EAGLE-3 steps / top-k / draft tokens, report the best"
@@ -134,42 +134,51 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("--grid-topk", grid.DEFAULT_TOPK, "EAGLE top-k"),
         ("--grid-draft", grid.DEFAULT_DRAFT, "draft tokens"),
     ):
-        d.add_argument(
-            flag, metavar="LIST", default=",".join(map(str, default)), help=f"{what} to sweep (default: %(default)s)"
-        )
+        d.add_argument(flag, metavar="LIST", default=",".join(map(str, default)), help=f"{what} (default: %(default)s)")
     p.set_defaults(func=run)
+
+
+# --- checks, all before Docker or the server is asked -----------------------------------------------------------
+
+
+def concurrency_list(text: str) -> list[int]:
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not re.fullmatch(r"[1-9][0-9]{0,3}", t) for t in items):
+        raise UsageError(f"--concurrency {text!r}: give whole numbers from 1 to {MAX_CONCURRENCY}, e.g. 1,8,32")
+    values = [int(t) for t in items]
+    if max(values) > MAX_CONCURRENCY or len(set(values)) != len(values):
+        raise UsageError(f"--concurrency {text!r}: each from 1 to {MAX_CONCURRENCY}, none twice")
+    return sorted(values)
 
 
 def check_out_dir(out_dir: Path) -> None:
     """--out must be a directory this user can write bench.json into: found before the first request."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".bench-probe-"):
+            pass
     except FileExistsError:
         raise UsageError(f"--out {out_dir}: not a directory") from None
     except OSError as exc:
-        raise UsageError(f"--out {out_dir}: cannot be created ({exc.strerror or exc})") from None
-    if not out_dir.is_dir():
-        raise UsageError(f"--out {out_dir}: not a directory")
-    try:
-        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".bench-probe-"):
-            pass
-    except OSError as exc:
         raise UsageError(f"--out {out_dir}: cannot write into it ({exc.strerror or exc})") from None
     for name in ("bench.json", "bench.md", "bench.png"):
-        existing = out_dir / name
-        if existing.exists() and not existing.is_file():
-            raise UsageError(f"--out {out_dir}: {existing} is not a file")
+        if (out_dir / name).exists() and not (out_dir / name).is_file():
+            raise UsageError(f"--out {out_dir}: {out_dir / name} is not a file")
 
 
 def read_api_key(path: str | None) -> key_file.ApiKey | None:
-    """--api-key-file: the key file's checks are the entrypoint's (sm120/image/entrypoint/key_file.py); never shown."""
+    """--api-key-file: the entrypoint's checks (sm120/image/entrypoint/key_file.py). The value given is never shown:
+    a key pasted where its file's path goes would be printed."""
     if path is None:
         return None
+    SECRETS.add(path)
     try:
         key = key_file.read(path)
     except key_file.KeyFileError as exc:
-        raise UsageError(f"--api-key-file {path!r}: {exc.problem}" + (f"; {exc.hint}" if exc.hint else "")) from None
-    SECRETS.add(key.value)  # masked in everything bench prints and writes from here on (cli.main, results, report)
+        raise UsageError(
+            f"--api-key-file: {exc.problem} (the path is not shown: a key pasted there would be)"
+        ) from None
+    SECRETS.add(key.value)  # masked in everything bench prints and writes from here on
     return key
 
 
@@ -177,13 +186,12 @@ _USERINFO = re.compile(r"^([^:/?#]*://)?([^/?#]*)@")
 
 
 def endpoint_secrets(text: str) -> bool:
-    """--endpoint's user info (http://USER:PASSWORD@host): the password and the whole user info, as given and
-    percent-decoded, go to SECRETS before anything quotes the URL. Whether the URL holds any."""
+    """--endpoint's user info (http://USER:PASSWORD@host) goes to SECRETS, as given and percent-decoded, before
+    anything quotes the URL. Whether the URL holds any."""
     match = _USERINFO.match(text.strip())
     if match is None:
         return False
-    userinfo = match.group(2)
-    for value in (userinfo, userinfo.partition(":")[2]):
+    for value in (match.group(2), match.group(2).partition(":")[2]):
         SECRETS.add(value)
         SECRETS.add(unquote(value))
     return True
@@ -194,60 +202,22 @@ def public_endpoint(url: str) -> str:
     return _USERINFO.sub(lambda m: m.group(1) or "", url.strip(), count=1)
 
 
-def _parse_env(items: list[str]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not key.replace("_", "").isalnum() or key[0].isdigit():
-            raise UsageError(f"--env {item!r}: give NAME=VALUE, e.g. --env MODEL_PATH=/models/Kimi-K2.5-NVFP4")
-        env[key] = value
-    return env
-
-
 def _check_label(name: str, flag: str) -> str:
-    if not name or any(c in name for c in "/\\|\n") or name.startswith("."):
+    if not name or any(c in name for c in "/\\|\n") or name.startswith(".") or name != name.strip():
         raise UsageError(f"{flag} {name!r}: use letters, digits, '-', '_' or '.'")
-    # A carriage return or another control character would make a label that prints like another one (and
-    # breaks bench.md's table); surrounding spaces too.
-    if any(unicodedata.category(c).startswith("C") for c in name) or name != name.strip():
-        raise UsageError(f"{flag} {name!r}: control characters or surrounding spaces; use letters, digits, '-', '_'")
+    if any(unicodedata.category(c).startswith("C") for c in name):
+        raise UsageError(f"{flag} {name!r}: control characters; use letters, digits, '-', '_'")
     return name
 
 
-class Terminated(errors.Terminated):
-    what = "terminated (SIGTERM): the finished runs are kept"
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises Terminated in the main thread, so the runs are kept, the label is marked interrupted and
-    bench.md is written, as after Ctrl-C. Elsewhere (a thread) the default stays."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
+def _readable_dir(given: str, flag: str) -> Path:
     try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _settings(args: argparse.Namespace, prompt_set: prompts_mod.PromptSet) -> dict[str, Any]:
-    return {
-        "max_tokens": args.max_tokens,
-        "temperature": 0.0,
-        "seed": args.seed,
-        "ignore_eos": args.ignore_eos,
-        "prompts": prompt_set.to_dict(),
-        "runs": args.runs,
-        "warmup": args.warmup,
-        "read_timeout_s": args.timeout,
-        "request_timeout_s": args.request_timeout,
-    }
+        found = Path(given).is_dir() and os.access(given, os.R_OK | os.X_OK)
+    except OSError:
+        found = False
+    if not found:
+        raise UsageError(f"{flag} {given}: no such directory, or not readable by this user")
+    return Path(given)
 
 
 def read_image_plan(image: str) -> Plan:
@@ -257,324 +227,279 @@ def read_image_plan(image: str) -> Plan:
     return image_plan.read(engine, image)
 
 
+# --- the run -----------------------------------------------------------------------------------------------------
+
+
+class Terminated(errors.Terminated):
+    what = "terminated (SIGTERM): the finished runs are kept"
+
+
+@contextlib.contextmanager
+def _signals() -> Iterator[None]:
+    """Ctrl-C stops bench even where it started with SIGINT ignored (a background job of a script); SIGTERM raises
+    Terminated. Either way the finished runs are kept, the label is marked interrupted and bench.md is written."""
+
+    def terminated(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler), signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+
+
 def run(args: argparse.Namespace) -> int:
-    with contextlib.ExitStack() as held:  # the --out lock and the SIGTERM handler, released however it ends
-        held.enter_context(_sigterm_as_interrupt())
+    with contextlib.ExitStack() as held, _signals():
         return _run(args, held)
 
 
 def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
-    endpoint, labels = _target(args)
-    prompt_set, run_plan = _measurement(args)
-    image_job = _ImageJob(args, read_image_plan(args.image)) if args.image is not None else None
-    if image_job is not None:
-        labels = image_job.labels
-    out_dir = Path(args.out)
-    results = _open_results(args, held, out_dir, labels, prompt_set)
-    try:
-        if image_job is None:
-            source: dict[str, Any] = {"endpoint": public_endpoint(endpoint)}
-            if endpoint_secrets(endpoint):
-                source["credentials"] = "given in the URL, not recorded"
-            label = Label(labels[0], source=source)
-            runner.measure_label(endpoint, label, results, out_dir, prompt_set, run_plan)
-        else:
-            image_job.run(results, out_dir, prompt_set, run_plan)
-    except BaseException as exc:
-        _keep_what_was_measured(results, out_dir, exc)
-        raise
-    return _finish(args, results, out_dir, image_job)
-
-
-def _target(args: argparse.Namespace) -> tuple[str, list[str]]:
-    """What is measured: --endpoint with its label (the endpoint, [label]), or --image ('', []: its modes, later).
-    Checked before anything is asked of the server or of Docker."""
-    if args.image is not None:
-        args.gpus = gpu_ids.check_gpus(args.gpus, "--gpus", allow_none=True)  # before Docker is asked
-        if args.label:
-            raise UsageError("--label goes with --endpoint; with --image the labels are the modes")
-        _check_label(args.baseline, "--baseline")
-        return "", []
-    # --endpoint has no image: build.toml's plan (--config) gives the port to default to. --image reads the image's
-    # own plan (read_image_plan) and never build.toml, so a bad --config cannot stop it.
-    endpoint_secrets(args.endpoint)  # first: every message below may quote --endpoint
-    port = resolve.load_plan(args.config).image.port
-    if not args.label:
-        raise UsageError("--endpoint needs --label NAME (e.g. --label baseline, then --label eagle3)")
-    for flag in ("spec_grid", "models", "cache_volume", "modes"):
-        if getattr(args, flag):
-            raise UsageError(f"--{flag.replace('_', '-')} goes with --image, not --endpoint")
-    if args.env:
-        raise UsageError("--env goes with --image, not --endpoint")
-    labels = [_check_label(args.label, "--label")]
-    endpoint = client.normalize_endpoint(args.endpoint, port)
-    _check_label(args.baseline, "--baseline")
-    return endpoint, labels
-
-
-def _measurement(args: argparse.Namespace) -> tuple[prompts_mod.PromptSet, runner.RunPlan]:
-    """The prompts and how each label is measured (--runs, --warmup, sampling, timeouts, the API key)."""
+    concurrency = concurrency_list(args.concurrency)
     prompt_set = prompts_mod.load(args.prompts)
     if not args.out.strip():
         raise UsageError("--out is empty: give a directory, e.g. --out bench-results")
-    if args.max_tokens < 2:
-        raise UsageError("--max-tokens must be at least 2: decode speed needs tokens after the first")
-    sampling = client.SamplingSettings(max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
-    return prompt_set, runner.RunPlan(
-        runs=args.runs,
-        warmup=args.warmup,
-        sampling=sampling,
-        read_timeout_s=args.timeout,
-        deadline_s=args.request_timeout,
-        api_key=read_api_key(args.api_key_file),
-    )
-
-
-def _open_results(
-    args: argparse.Namespace,
-    held: contextlib.ExitStack,
-    out_dir: Path,
-    labels: list[str],
-    prompt_set: prompts_mod.PromptSet,
-) -> Results:
-    """--out checked, locked and read (the labels kept from an earlier run); a mistake leaves no new directory."""
-    created = not out_dir.exists()
-    check_out_dir(out_dir)  # before the first request (and before an image is started)
+    if args.max_tokens < 4:
+        raise UsageError("--max-tokens must be at least 4 (bench_serving's least output length)")
+    if args.min_speedup is not None and args.runs < 2:
+        raise UsageError("--min-speedup judges a 95 % interval: give --runs 2 or more")
+    gate_c = args.gate_concurrency or concurrency[0]
+    if gate_c not in concurrency:
+        raise UsageError(f"--gate-concurrency {gate_c}: not in --concurrency {args.concurrency}")
+    key = read_api_key(args.api_key_file)
+    target = _ImageTarget(args) if args.image is not None else _EndpointTarget(args)
+    target.ready(key.value if key else None)  # --endpoint: the server answers, and takes the key, before --out exists
+    engine = docker_runner.connect()
+    docker_runner.check_image(engine, target.bench_image, target.bench_flag)
+    settings = {
+        "concurrency": concurrency,
+        "runs": args.runs,
+        "max_tokens": args.max_tokens,
+        "seed": args.seed,
+        "prompts": prompt_set.to_dict(),
+        "figure": sweep.SPEEDUP_FIGURES[args.speedup_metric],
+        "run_timeout_s": args.run_timeout,
+        "bench_image": target.bench_image,
+    }
+    out_dir = Path(args.out)
+    results = _open_results(args, held, out_dir, target.labels, settings)
+    sweep_run = _Sweep(engine, target, results, out_dir, prompt_set, key)
     try:
-        held.enter_context(writer_lock(out_dir))
-    except UsageError:
-        _remove_created(out_dir, created)
+        target.measure(sweep_run)
+    except BaseException as exc:
+        _keep_what_was_measured(results, out_dir, exc)
         raise
-    try:
-        results, kept = open_results(out_dir, _settings(args, prompt_set), baseline=args.baseline, fresh=args.fresh)
-        if args.min_speedup is not None:
-            present = set(results.labels) | set(labels)
-            if args.baseline not in present or len(present - {args.baseline}) == 0:
-                raise UsageError(
-                    f"--min-speedup needs results for label {args.baseline!r} and another label in {out_dir}; "
-                    f"measure {args.baseline!r} first (--label {args.baseline}) or use --image --modes baseline,..."
-                )
-    except UsageError:
-        held.close()  # the lock file goes with the directory
-        _remove_created(out_dir, created)
-        raise
-    kept_now = [k for k in kept if k not in labels]
-    if kept_now:
-        print(f"bench: keeping {', '.join(kept_now)} from {out_dir / 'bench.json'}", file=sys.stderr)
-    return results
+    return _finish(args, results, out_dir, target, gate_c)
 
 
-def _keep_what_was_measured(results: Results, out_dir: Path, exc: BaseException) -> None:
-    """The benchmark stopped (a failed run, Ctrl-C): bench.json (already saved after each run), bench.md and
-    bench.png keep what was measured."""
-    for label in results.labels.values():
-        if label.status == "running":
-            label.status, label.error = "interrupted", label.error or "the benchmark stopped during this label"
-    if any(label.runs or label.error for label in results.labels.values()):
-        with contextlib.suppress(Exception):  # never hide the real error behind a report error
-            report.write(results, out_dir)
-    if isinstance(exc, SaveFailed):
-        raise _unsaved(results, exc) from None
+class _Sweep:
+    """Every run of every label: bench_serving at each concurrency, --runs times, bench.json saved after each."""
+
+    def __init__(self, engine: Any, target: Any, results: Results, out_dir: Path, prompt_set: Any, key: Any) -> None:
+        self.engine, self.target, self.results, self.out_dir = engine, target, results, out_dir
+        self.prompt_set, self.key = prompt_set, key
+        s = results.settings
+        total = len(target.labels) * len(s["concurrency"]) * s["runs"]
+        self.bar = tqdm(total=total, unit="run", file=sys.stderr, disable=not sys.stderr.isatty(), dynamic_ncols=True)
+
+    def label(
+        self, label: Label, endpoint: str, tokenizer: tuple[str, Path | None], models: Path | None, server: Any = None
+    ) -> None:
+        s = self.results.settings
+        job = serving.Job(
+            image=self.target.bench_image,
+            endpoint=endpoint,
+            tokenizer=tokenizer[0],
+            tokenizer_dir=tokenizer[1],
+            models_dir=models,
+            max_tokens=s["max_tokens"],
+            seed=s["seed"],
+            deadline_s=s["run_timeout_s"],
+            api_key_file=Path(self.key.path) if self.key else None,
+        )
+        label.server = server or probe.server_info(endpoint, self.key.value if self.key else None)
+        self.results.labels[label.name] = label
+        self.results.save(self.out_dir)
+        work = Path(tempfile.mkdtemp(prefix=".bench-work-", dir=self.out_dir))
+        try:
+            points = [(c, i + 1) for c in s["concurrency"] for i in range(s["runs"])]
+            records = serving.runs(self.engine, job, [c for c, _ in points], self.prompt_set, work)
+            with contextlib.closing(records):  # its container goes at once, however the loop ends
+                for (c, repeat), record in zip(points, records, strict=False):
+                    figures = sweep.run_figures(record)
+                    label.runs.append({"concurrency": c, "repeat": repeat, **figures})
+                    self.results.save(self.out_dir)
+                    self._progress(label.name, c, repeat, figures)
+            label.status = "complete"
+            self.results.save(self.out_dir)
+        except CheckFailed as exc:
+            label.status, label.error = "failed", str(exc)
+            self.results.save(self.out_dir)
+            raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _progress(self, name: str, c: int, i: int, f: dict[str, Any]) -> None:
+        text = f"{name} c={c} run {i}: {f['output_tok_s'] or 0:.1f} tok/s, p99 ITL {f['itl_ms_p99'] or 0:.1f} ms"
+        if f["accept_length"]:
+            text += f", accept {f['accept_length']:.2f}"
+        if self.bar.disable:
+            print(text, file=sys.stderr, flush=True)
+        else:
+            self.bar.set_postfix_str(text, refresh=False)
+            self.bar.update(1)
 
 
-def _finish(args: argparse.Namespace, results: Results, out_dir: Path, image_job: _ImageJob | None) -> int:
-    """The gate (--min-speedup), the report and the summary; exit 1 when the gate or a grid point failed."""
-    gate_failed = None
-    if args.min_speedup is not None:
-        only = [image_job.best] if image_job and image_job.grid_points and image_job.best else None
-        gate_failed = _gate(results, args.min_speedup, METRICS[args.speedup_metric], only)
-    try:
-        paths = report.write(results, out_dir)
-    except SaveFailed as exc:
-        raise _unsaved(results, exc) from None
-    _print_summary(results)
-    print("wrote " + ", ".join(str(p) for p in paths))
-    if gate_failed:
-        raise CheckFailed(gate_failed)
-    if image_job and image_job.failures:
-        raise CheckFailed(image_job.failures[0])
-    return 0
+class _EndpointTarget:
+    """--endpoint: one label, a server someone else started; bench_serving from --bench-image (or build.toml's)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        if args.label is None:
+            raise UsageError("--endpoint needs --label NAME (e.g. --label baseline, then --label eagle3)")
+        for flag in ("spec_grid", "models", "cache_volume", "modes", "env"):
+            if getattr(args, flag):
+                raise UsageError(f"--{flag.replace('_', '-')} goes with --image, not --endpoint")
+        self.credentials = endpoint_secrets(args.endpoint)  # first: every message below may quote --endpoint
+        plan = resolve.load_plan(args.config)
+        self.endpoint = probe.normalize_endpoint(args.endpoint, plan.image.port)
+        self.labels = [_check_label(args.label, "--label")]
+        _check_label(args.baseline, "--baseline")
+        if args.tokenizer is None:
+            raise UsageError("--endpoint needs --tokenizer DIR: the served model's directory (its tokenizer files)")
+        self.tokenizer = (serving.TOKENIZER, _readable_dir(args.tokenizer, "--tokenizer"))
+        self.bench_image = args.bench_image or plan.tags[0]
+        self.bench_flag = "--bench-image"  # its default: the image ./dev build makes
+        self.best: str | None = None
+        self.failures: list[str] = []
+        self.server: dict[str, Any] = {}
+
+    def ready(self, key: str | None) -> None:
+        self.server = probe.server_info(self.endpoint, key)
+
+    def measure(self, sweep_run: _Sweep) -> None:
+        source: dict[str, Any] = {"endpoint": public_endpoint(self.endpoint)}
+        if self.credentials:
+            source["credentials"] = "given in the URL, not recorded"
+        sweep_run.label(Label(self.labels[0], source=source), self.endpoint, self.tokenizer, None, self.server)
 
 
-def _unsaved(results: Results, exc: SaveFailed) -> SaveFailed:
-    """A full disk under --out: what bench.json would hold goes to stdout, and one line says so (exit 1)."""
-    print(json.dumps(results.to_dict(), indent=2))
-    runs = sum(len(label.runs) for label in results.labels.values())
-    return SaveFailed(
-        f"{exc}: bench.json keeps the runs saved before; all {runs} finished runs are printed above as "
-        "bench.json would hold them"
-    )
+class _ImageTarget:
+    """--image: one container per mode (and per grid point), measured in turn; bench_serving from the same image."""
 
+    bench_flag = "--image"
 
-def _remove_created(out_dir: Path, created: bool) -> None:
-    """A mistake leaves no empty results directory behind (nor its lock file)."""
-    if created:
-        with contextlib.suppress(OSError):
-            (out_dir / LOCK_NAME).unlink(missing_ok=True)
-            out_dir.rmdir()
-
-
-def _gate(results: Results, minimum: float, figure: str, only: list[str] | None) -> str | None:
-    """Set results.gate; return the one-line failure, or None when every compared label reaches minimum."""
-    speedups = results.speedups()
-    names = only or [n for n in results.labels if n != results.baseline]
-    failures, checked = [], []
-    for name in names:
-        r = speedups.get(name, {}).get(figure)
-        if r is None:
-            failures.append(f"{name}: no {figure} speedup over {results.baseline} (no finished runs)")
-            continue
-        interval = f" (95 % CI {r['ci95_low']:.3f}–{r['ci95_high']:.3f})" if r.get("ci95_low") is not None else ""
-        text = f"{name} / {results.baseline} {figure} = {r['ratio']:.3f}{interval}"
-        checked.append(text)
-        if r["ratio"] < minimum:
-            failures.append(f"{text} is below --min-speedup {minimum:g}")
-    passed = not failures
-    message = "; ".join(failures) if failures else "; ".join(checked) + f" ≥ {minimum:g}"
-    results.gate = {"min_speedup": minimum, "figure": figure, "labels": names, "passed": passed, "message": message}
-    return None if passed else failures[0]
-
-
-def _print_summary(results: Results) -> None:
-    data = results.to_dict()
-    for name, label in data["labels"].items():
-        summary = label["summary"]
-        parts = [f"{name:<20} {len(label['runs']):>3} runs"]
-        for key, title, digits in (("decode_tok_s", "decode", 1), ("e2e_tok_s", "e2e", 1), ("ttft_s", "ttft", 3)):
-            if key in summary:
-                s = summary[key]
-                ci = (
-                    f" [{s['ci95_low']:.{digits}f}, {s['ci95_high']:.{digits}f}]"
-                    if s.get("ci95_low") is not None
-                    else ""
-                )
-                parts.append(f"{title} {s['mean']:.{digits}f}{ci}")
-        if "spec_accept_length" in summary:
-            parts.append(f"accept {summary['spec_accept_length']['mean']:.2f}")
-        speedup = data["speedup"].get(name, {}).get("decode_tok_s")
-        if speedup:
-            parts.append(f"speedup ×{speedup['ratio']:.3f}")
-        if label["status"] != "complete":
-            parts.append(label["status"])
-        print("  ".join(parts))
-
-
-class _ImageJob:
-    """--image: one container per mode (and per grid point), measured in turn."""
-
-    def __init__(self, args: argparse.Namespace, plan: Plan) -> None:
-        self.args = args
-        modes_known = plan.entrypoint.modes
-        self.modes = _modes(args.modes, modes_known)
+    def __init__(self, args: argparse.Namespace) -> None:
+        args.gpus = gpu_ids.check_gpus(args.gpus, "--gpus", allow_none=True)
+        if args.label or args.bench_image:
+            raise UsageError("--label and --bench-image go with --endpoint; with --image the labels are the modes")
+        _check_label(args.baseline, "--baseline")
+        plan = read_image_plan(args.image)  # after the checks that need no Docker
+        self.args, self.bench_image = args, args.image
+        known = plan.entrypoint.modes
+        self.modes = _modes(args.modes, known)
         self.env = _parse_env(args.env)
         if key_file.VARIABLE in self.env:
-            raise UsageError(
-                f"--env {key_file.VARIABLE}=...: give --api-key-file FILE (bench mounts it into the container and "
-                "sends the key)"
-            )
-        self.api_key_file = Path(args.api_key_file) if args.api_key_file else None
-        port = self.env.get("PORT", str(plan.image.port))
-        if not client.is_port(port):
-            raise UsageError(f"--env PORT={port!r}: {client.PORT_RULE}")
-        self.port = int(port)
+            raise UsageError(f"--env {key_file.VARIABLE}=...: give --api-key-file FILE (bench mounts it)")
+        port = self.env.setdefault("PORT", str(plan.image.port))
+        if not probe.is_port(port):
+            raise UsageError(f"--env PORT={port!r}: {probe.PORT_RULE}")
         self.env.setdefault("HOST", "0.0.0.0")
-        self.env.setdefault("PORT", str(self.port))
         if "MODEL_PATH" not in self.env:
             raise UsageError(
                 "--image needs --env MODEL_PATH=PATH (the model's path inside the container, e.g. /models/NAME)"
             )
-        self.models = _models_dir(args.models)
-        for key in ("MODEL_PATH", "DRAFT_MODEL_PATH"):
-            self._check_model_path(key)
+        self.models = _readable_dir(args.models, "--models") if args.models else None
+        for name in ("MODEL_PATH", "DRAFT_MODEL_PATH"):
+            self._check_model_path(name)
         for mode in self.modes:
-            if modes_known[mode].draft and "DRAFT_MODEL_PATH" not in self.env:
+            if known[mode].draft and "DRAFT_MODEL_PATH" not in self.env:
                 raise UsageError(f"mode {mode} needs --env DRAFT_MODEL_PATH=PATH (the EAGLE-3 draft model)")
-        self.cache_dir = plan.image.cache_dir
-        self.cache_volume = args.cache_volume or f"{plan.tags[0].split(':')[0].rsplit('/', 1)[-1]}-cache"
-        self.spec_mode, self.grid_points = _grid(args, self.modes, modes_known) if args.spec_grid else ("", [])
-        self.labels = [m for m in self.modes if not (self.grid_points and m == self.spec_mode)]
-        self.labels += [p.label for p in self.grid_points]
+        tokenizer_dir = _readable_dir(args.tokenizer, "--tokenizer") if args.tokenizer else None
+        self.tokenizer = (serving.TOKENIZER, tokenizer_dir) if tokenizer_dir else (self.env["MODEL_PATH"], None)
+        self.plan = plan
+        self.spec_mode, self.points = _grid(args, self.modes, known) if args.spec_grid else ("", [])
+        self.labels = [m for m in self.modes if not (self.points and m == self.spec_mode)] + [
+            p.label for p in self.points
+        ]
         self.best: str | None = None
         self.failures: list[str] = []
 
-    def _check_model_path(self, key: str) -> None:
-        value = self.env.get(key)
+    def ready(self, key: str | None) -> None:
+        """Each mode's server is probed once its container is up."""
+
+    def _check_model_path(self, name: str) -> None:
+        value = self.env.get(name)
         if not value or not value.startswith(docker_runner.MODELS_MOUNT + "/"):
             return
         if self.models is None:
             raise UsageError(
-                f"--env {key}={value} is under {docker_runner.MODELS_MOUNT}: give --models DIR (the host directory)"
+                f"--env {name}={value} is under {docker_runner.MODELS_MOUNT}: give --models DIR (the host directory)"
             )
         host = self.models / value[len(docker_runner.MODELS_MOUNT) + 1 :]
-        try:
-            found = host.exists()
-        except OSError:
-            found = False
-        if not found:
-            raise UsageError(f"--env {key}={value}: {host} does not exist on this host")
+        if not host.exists():
+            raise UsageError(f"--env {name}={value}: {host} does not exist on this host")
 
-    def _spec(self, mode: str, label: str, extra_env: dict[str, str]) -> Any:
-        return docker_runner.ContainerSpec(
-            image=self.args.image,
-            mode=mode,
-            label=label,
-            env={**self.env, **extra_env},
-            port=self.port,
-            cache_dir=self.cache_dir,
-            cache_volume=self.cache_volume,
-            models_dir=self.models,
-            gpus=self.args.gpus,
-            health_timeout_s=self.args.health_timeout,
-            api_key_file=self.api_key_file,
-        )
-
-    def _measure(
-        self, docker_client: Any, spec: Any, results: Results, out_dir: Path, prompt_set: Any, run_plan: Any
+    def _one(
+        self, sweep_run: _Sweep, mode: str, name: str, extra_env: dict[str, str], spec: dict[str, int] | None
     ) -> None:
-        source = {"image": spec.image, "mode": spec.mode, "env": spec.recorded_env(), "gpus": spec.gpus}
-        point = next((p for p in self.grid_points if p.label == spec.label), None)
-        if point is not None:
-            source["spec"] = {"steps": point.steps, "topk": point.topk, "draft": point.draft}
-        label = Label(spec.label, source=source)
-        results.labels[spec.label] = label
+        a = self.args
+        container = docker_runner.ContainerSpec(
+            image=a.image,
+            mode=mode,
+            label=name,
+            env={**self.env, **extra_env},
+            port=int(self.env["PORT"]),
+            cache_dir=self.plan.image.cache_dir,
+            cache_volume=a.cache_volume or f"{self.plan.tags[0].split(':')[0].rsplit('/', 1)[-1]}-cache",
+            models_dir=self.models,
+            gpus=a.gpus,
+            health_timeout_s=a.health_timeout,
+            api_key_file=Path(a.api_key_file) if a.api_key_file else None,
+        )
+        source = {"image": a.image, "mode": mode, "env": container.recorded_env(), "gpus": a.gpus, "spec": spec}
+        label = Label(name, source=source)
+        sweep_run.results.labels[name] = label
         try:
-            with docker_runner.serve(docker_client, spec, out_dir) as endpoint:
-                runner.measure_label(endpoint, label, results, out_dir, prompt_set, run_plan)
+            with docker_runner.serve(sweep_run.engine, container, sweep_run.out_dir) as endpoint:
+                sweep_run.label(label, endpoint, self.tokenizer, self.models)
         except CheckFailed as exc:
-            label.status = "failed"
-            label.error = label.error or str(exc)
-            results.save(out_dir)
+            label.status, label.error = "failed", label.error or str(exc)
+            sweep_run.results.save(sweep_run.out_dir)
             raise
 
-    def run(self, results: Results, out_dir: Path, prompt_set: Any, run_plan: Any) -> None:
-        docker_client = docker_runner.connect()
-        docker_runner.check_image(docker_client, self.args.image)
+    def measure(self, sweep_run: _Sweep) -> None:
         for mode in self.modes:
-            if self.grid_points and mode == self.spec_mode:
-                continue
-            self._measure(docker_client, self._spec(mode, mode, {}), results, out_dir, prompt_set, run_plan)
-        if not self.grid_points:
+            if not (self.points and mode == self.spec_mode):
+                self._one(sweep_run, mode, mode, {}, None)
+        if not self.points:
             return
-        figure = METRICS[self.args.speedup_metric]
-        results.grid = {"figure": figure, "points": [p.to_dict() for p in self.grid_points], "best": None}
-        for point in self.grid_points:
-            spec = self._spec(self.spec_mode, point.label, point.env())
+        results = sweep_run.results
+        results.grid = {"points": [p.to_dict() for p in self.points], "best": None}
+        for point in self.points:
+            spec = {"steps": point.steps, "topk": point.topk, "draft": point.draft}
             try:
-                self._measure(docker_client, spec, results, out_dir, prompt_set, run_plan)
-            except CheckFailed as exc:
-                # One setting that cannot run (e.g. out of memory with a large draft tree) does not end the sweep.
+                self._one(sweep_run, self.spec_mode, point.label, point.env(), spec)
+            except CheckFailed as exc:  # one setting that cannot run (out of memory, say) does not end the sweep
                 self.failures.append(str(exc))
-                for entry in results.grid["points"]:
-                    if entry["label"] == point.label:
-                        entry["error"] = str(exc)
                 print(f"bench: {exc}; going on with the next setting", file=sys.stderr)
-        summaries = {name: label.summary() for name, label in results.labels.items()}
-        best = grid.best(summaries, self.grid_points, figure)
-        self.best = best.label if best else None
-        results.grid["best"] = self.best
-        results.save(out_dir)
+        gate_c = str(self.args.gate_concurrency or results.settings["concurrency"][0])
+        at_c = {n: lab.to_dict()["summary"].get(gate_c, {}) for n, lab in results.labels.items()}
+        best = grid.best(at_c, self.points, results.settings["figure"])
+        self.best = results.grid["best"] = best.label if best else None
+        results.save(sweep_run.out_dir)
         if self.best is not None:
             self.failures = []  # the sweep found a best setting: failed points are reported, not fatal
+
+
+def _parse_env(items: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise UsageError(f"--env {item!r}: give NAME=VALUE, e.g. --env MODEL_PATH=/models/Kimi-K2.5-NVFP4")
+        env[key] = value
+    return env
 
 
 def _modes(given: str | None, known: dict[str, Any]) -> list[str]:
@@ -586,26 +511,10 @@ def _modes(given: str | None, known: dict[str, Any]) -> list[str]:
         raise UsageError(f"--modes is empty: give e.g. {','.join(known)}")
     for mode in modes:
         if mode not in known:
-            raise UsageError(
-                f"--modes {mode!r}: the image knows {', '.join(sorted(known))} (build.toml [modes])"
-                + suggest(mode, known)
-            )
+            raise UsageError(f"--modes {mode!r}: the image knows {', '.join(sorted(known))}" + suggest(mode, known))
     if len(set(modes)) != len(modes):
         raise UsageError(f"--modes {given!r}: a mode is listed twice")
     return modes
-
-
-def _models_dir(given: str | None) -> Path | None:
-    """--models: a directory this user can read, mounted read-only at /models."""
-    if given is None:
-        return None
-    try:
-        found = Path(given).is_dir() and os.access(given, os.R_OK | os.X_OK)
-    except OSError:
-        found = False
-    if not found:
-        raise UsageError(f"--models {given}: no such directory, or not readable by this user")
-    return Path(given)
 
 
 def _grid(args: argparse.Namespace, modes: list[str], known: dict[str, Any]) -> tuple[str, list[grid.Point]]:
@@ -614,10 +523,97 @@ def _grid(args: argparse.Namespace, modes: list[str], known: dict[str, Any]) -> 
     if not spec_modes:
         drafted = " or ".join(m for m in known if known[m].draft) or "a mode with a draft model"
         raise UsageError(f"--spec-grid sweeps EAGLE-3 settings: add {drafted} to --modes")
-    reference = known[spec_modes[0]].draft_tree  # None where the track leaves it to SGLang
     return spec_modes[0], grid.points(
         grid.parse_list(args.grid_steps, "--grid-steps"),
         grid.parse_list(args.grid_topk, "--grid-topk"),
         grid.parse_list(args.grid_draft, "--grid-draft"),
-        reference,
+        known[spec_modes[0]].draft_tree,
     )
+
+
+# --- results -----------------------------------------------------------------------------------------------------
+
+
+def _open_results(
+    args: argparse.Namespace, held: contextlib.ExitStack, out_dir: Path, labels: list[str], settings: dict[str, Any]
+) -> Results:
+    """--out checked, locked and read (the labels kept from an earlier run); a mistake leaves no new directory."""
+    created = not out_dir.exists()
+    try:
+        check_out_dir(out_dir)
+        held.enter_context(writer_lock(out_dir))
+        results, kept = open_results(out_dir, settings, baseline=args.baseline, fresh=args.fresh)
+        present = set(results.labels) | set(labels)
+        if args.min_speedup is not None and (args.baseline not in present or len(present) < 2):
+            raise UsageError(
+                f"--min-speedup needs results for label {args.baseline!r} and another label in {out_dir}; "
+                f"measure {args.baseline!r} first (--label {args.baseline}) or use --image --modes baseline,..."
+            )
+    except UsageError:
+        held.close()  # the lock file goes with the directory
+        if created:
+            with contextlib.suppress(OSError):
+                (out_dir / LOCK_NAME).unlink(missing_ok=True)
+                out_dir.rmdir()
+        raise
+    kept_now = [k for k in kept if k not in labels]
+    if kept_now:
+        print(f"bench: keeping {', '.join(kept_now)} from {out_dir / 'bench.json'}", file=sys.stderr)
+    return results
+
+
+def _keep_what_was_measured(results: Results, out_dir: Path, exc: BaseException) -> None:
+    """The benchmark stopped (a failed run, Ctrl-C): bench.json (saved after each run), bench.md and bench.png
+    keep what was measured."""
+    for label in results.labels.values():
+        if label.status == "running":
+            label.status, label.error = "interrupted", label.error or "the benchmark stopped during this label"
+    if any(label.runs or label.error for label in results.labels.values()):
+        with contextlib.suppress(Exception):  # never hide the real error behind a report error
+            report.write(results, out_dir)
+    if isinstance(exc, SaveFailed):
+        raise _unsaved(results, exc) from None
+
+
+def _unsaved(results: Results, exc: SaveFailed) -> SaveFailed:
+    """A full disk under --out: what bench.json would hold goes to stdout, and one line says so (exit 1)."""
+    print(json.dumps(results.to_dict(), indent=2))
+    runs = sum(len(label.runs) for label in results.labels.values())
+    return SaveFailed(f"{exc}: all {runs} finished runs are printed above as bench.json would hold them")
+
+
+def _finish(args: argparse.Namespace, results: Results, out_dir: Path, target: Any, gate_c: int) -> int:
+    """The gate (--min-speedup), the report and the summary; exit 1 when the gate or a grid point failed."""
+    failures: list[str] = []
+    if args.min_speedup is not None:
+        names = [target.best] if target.best else [n for n in results.labels if n != results.baseline]
+        failures = sweep.gate(results.speedups(), names, gate_c, args.min_speedup)
+        message = (
+            "; ".join(failures)
+            or f"{', '.join(names)}: the 95 % interval at concurrency {gate_c} starts at or above {args.min_speedup:g}"
+        )
+        results.gate = {
+            "min_speedup": args.min_speedup,
+            "concurrency": gate_c,
+            "labels": names,
+            "passed": not failures,
+            "message": message,
+        }
+    try:
+        paths = report.write(results, out_dir)
+    except SaveFailed as exc:
+        raise _unsaved(results, exc) from None
+    data = results.to_dict()
+    for name, by_c in data["speedup"].items():
+        ratios = ", ".join(f"c={c} ×{r['ratio']:.2f}" for c, r in by_c.items())
+        c = data["crossover"][name]
+        print(
+            f"{name}: {ratios}; "
+            + (f"not faster from concurrency {c} on" if c else "faster at every concurrency measured")
+        )
+    print("wrote " + ", ".join(str(p) for p in paths))
+    if failures:
+        raise CheckFailed(failures[0])
+    if target.failures:
+        raise CheckFailed(target.failures[0])
+    return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -19,11 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import requests
 from tqdm import tqdm
 
-from sm120.bench import client
-from sm120.bench.client import ServerUnreachable
+from sm120.bench import probe
+from sm120.bench.probe import ServerUnreachable
 from sm120.build.docker_client import connect as docker_connect
 from sm120.build.docker_client import describe
 from sm120.build.docker_client import image as docker_image
@@ -83,8 +81,8 @@ def connect() -> Any:
     return docker_connect(ServerUnreachable)
 
 
-def check_image(client: Any, image: str) -> None:
-    docker_image(client, image)
+def check_image(client: Any, image: str, flag: str = "--image") -> None:
+    docker_image(client, image, flag)
 
 
 def _last_log_line(container: Any) -> str:
@@ -107,107 +105,53 @@ def save_log(container: Any, path: Path) -> Path | None:
 
 
 def wait_healthy(container: Any, endpoint: str, spec: ContainerSpec, log_path: Path) -> None:
-    """Poll /health until 200, the container exits, or the timeout passes; show the progress."""
+    """Poll /health until 200, the container exits, or --health-timeout passes; the progress on stderr (a tqdm
+    line on a terminal, a line every 30 s elsewhere). A 401/403 is the key refused (exit 2), not "not yet"."""
     start = time.monotonic()
     tty = sys.stderr.isatty()
-    bar = (
-        tqdm(
-            total=None,
-            desc=f"{spec.label}: starting",
-            unit="s",
-            file=sys.stderr,
-            bar_format="{desc} {elapsed} {postfix}",
-        )
-        if tty
-        else None
+    bar = tqdm(
+        desc=f"{spec.label}: starting", file=sys.stderr, bar_format="{desc} {elapsed} {postfix}", disable=not tty
     )
-    last_note = 0.0
-    session = requests.Session()
+    key = key_file.read(str(spec.api_key_file)).value if spec.api_key_file else None
     try:
         while True:
             elapsed = time.monotonic() - start
             container.reload()
             if container.status in ("exited", "dead"):
-                code = container.attrs.get("State", {}).get("ExitCode")
                 save_log(container, log_path)
                 raise CheckFailed(
-                    f"{spec.label}: the container exited (status {code}) after {elapsed:.0f} s before /health "
-                    f"answered; its log: {log_path}"
+                    f"{spec.label}: the container exited (status {container.attrs['State'].get('ExitCode')}) after "
+                    f"{elapsed:.0f} s before /health answered; its log: {log_path}"
                 )
-            try:  # one deadline for the whole request (client.probe); a 401/403 is KeyRefused, not "not yet"
-                client.probe(session, endpoint, timeout_s=5)
-                if bar is None:
-                    print(f"{spec.label}: /health answered after {elapsed:.0f} s", file=sys.stderr, flush=True)
+            try:
+                probe.health(endpoint, key, deadline_s=5)
+                print(f"{spec.label}: /health answered after {elapsed:.0f} s", file=sys.stderr, flush=True)
                 return
             except ServerUnreachable:
                 pass
             if elapsed > spec.health_timeout_s:
                 save_log(container, log_path)
                 raise CheckFailed(
-                    f"{spec.label}: /health did not answer within {spec.health_timeout_s:.0f} s "
-                    f"(--health-timeout); its log: {log_path}"
+                    f"{spec.label}: /health did not answer within {spec.health_timeout_s:.0f} s (--health-timeout); "
+                    f"its log: {log_path}"
                 )
-            if bar is not None:
-                bar.set_postfix_str(_last_log_line(container), refresh=False)
-                bar.update(0)
-                bar.refresh()
-            elif elapsed - last_note >= 30:
-                last_note = elapsed
+            if not bar.disable:
+                bar.set_postfix_str(_last_log_line(container))
+            elif elapsed // 30 > (elapsed - HEALTH_POLL_S) // 30:
                 print(
-                    f"{spec.label}: waiting for /health, {elapsed:.0f} s of {spec.health_timeout_s:.0f} s; "
-                    f"log: {_last_log_line(container)}",
+                    f"{spec.label}: waiting for /health, {elapsed:.0f} s; log: {_last_log_line(container)}",
                     file=sys.stderr,
                     flush=True,
                 )
             time.sleep(HEALTH_POLL_S)
     finally:
-        session.close()
-        if bar is not None:
-            bar.close()
-
-
-def _exit_state(container: Any, wait_s: float = 3.0) -> str:
-    """'; the container exited (status N)' when it did, waiting a little for a server that is going down."""
-    import docker
-
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            container.reload()
-        except docker.errors.DockerException:
-            return ""
-        if container.status in ("exited", "dead"):
-            return f"; the container exited (status {container.attrs.get('State', {}).get('ExitCode')})"
-        if time.monotonic() >= deadline:
-            return ""
-        time.sleep(0.2)
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """A CI runner cancels with SIGTERM: turn it into KeyboardInterrupt so `finally` removes the container. A handler
-    already set in Python is kept (`build.py bench`'s raises its Terminated: exit 143, with --image too)."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    if callable(signal.getsignal(signal.SIGTERM)):
-        yield
-        return
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        bar.close()
 
 
 @contextlib.contextmanager
 def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
-    """Start the container, wait for /health, yield its endpoint; always stop and remove it, keep its log."""
+    """Start the container, wait for /health, yield its endpoint; always stop and remove it (its anonymous volumes
+    too), keep its log. A Ctrl-C during the create finds it by its name."""
     import docker
 
     log_path = out_dir / f"{spec.label}.log"
@@ -221,59 +165,43 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
     volumes.update(spec.extra_volumes)
     name = f"{namespace()}-bench-{re.sub(r'[^a-zA-Z0-9_.-]', '-', spec.label)}-{os.getpid()}"
     container = None
-    started = time.monotonic()
-    with sigterm_as_interrupt():
+    try:
         try:
-            try:
-                container = client.containers.run(
-                    spec.image,
-                    command=[spec.mode],
-                    entrypoint=spec.entrypoint,
-                    name=name,
-                    detach=True,
-                    environment=environment,
-                    device_requests=device_requests(spec.gpus),
-                    ipc_mode="host",
-                    volumes=volumes,
-                    ports={f"{spec.port}/tcp": ("127.0.0.1", None)},
-                    labels={bench_label(): spec.label, **spec.labels},
-                )
-            except docker.errors.DockerException as exc:
-                # containers.run creates, then starts: a failed start (no GPU runtime, say) leaves it created.
-                with contextlib.suppress(docker.errors.DockerException):
-                    client.containers.get(name).remove(force=True)
-                raise CheckFailed(f"{spec.label}: cannot start {spec.image}: {describe(exc)}") from None
-            except BaseException:  # Ctrl-C or SIGTERM during the create or the start: it may exist, unnamed here
-                with contextlib.suppress(docker.errors.DockerException):
-                    client.containers.get(name).remove(force=True)
-                raise
-            container.reload()
-            bindings = (container.ports or {}).get(f"{spec.port}/tcp") or []
-            if not bindings:
-                save_log(container, log_path)
-                if container.status in ("exited", "dead"):
-                    code = container.attrs.get("State", {}).get("ExitCode")
-                    raise CheckFailed(
-                        f"{spec.label}: the container exited (status {code}) after {time.monotonic() - started:.0f} s "
-                        "before /health answered; "
-                        f"its log: {log_path}"
-                    )
-                raise CheckFailed(
-                    f"{spec.label}: the container published no port {spec.port} (status {container.status}); "
-                    f"its log: {log_path}"
-                )
-            endpoint = f"http://127.0.0.1:{bindings[0]['HostPort']}"
-            wait_healthy(container, endpoint, spec, log_path)
-            try:
-                yield endpoint
-            except CheckFailed as exc:
-                raise CheckFailed(f"{exc}{_exit_state(container)}; its log: {log_path}") from None
-        finally:
+            container = client.containers.run(
+                spec.image,
+                command=[spec.mode],
+                entrypoint=spec.entrypoint,
+                name=name,
+                detach=True,
+                environment=environment,
+                device_requests=device_requests(spec.gpus),
+                ipc_mode="host",
+                volumes=volumes,
+                ports={f"{spec.port}/tcp": ("127.0.0.1", None)},
+                labels={bench_label(): spec.label, **spec.labels},
+            )
+        except docker.errors.DockerException as exc:
+            raise CheckFailed(f"{spec.label}: cannot start {spec.image}: {describe(exc)}") from None
+        container.reload()
+        bindings = (container.ports or {}).get(f"{spec.port}/tcp") or []
+        if not bindings:
+            save_log(container, log_path)
+            raise CheckFailed(
+                f"{spec.label}: the container published no port {spec.port} (status {container.status}); "
+                f"its log: {log_path}"
+            )
+        endpoint = f"http://127.0.0.1:{bindings[0]['HostPort']}"
+        wait_healthy(container, endpoint, spec, log_path)
+        try:
+            yield endpoint
+        except CheckFailed as exc:
+            raise CheckFailed(f"{exc}; its log: {log_path}") from None
+    finally:
+        try:
             if container is not None:
-                try:
-                    save_log(container, log_path)
-                    with contextlib.suppress(docker.errors.DockerException):
-                        container.stop(timeout=STOP_TIMEOUT_S)
-                finally:  # also on another Ctrl-C during the graceful stop: then it is removed at once
-                    with contextlib.suppress(docker.errors.DockerException):
-                        container.remove(force=True)
+                save_log(container, log_path)
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.stop(timeout=STOP_TIMEOUT_S)
+        finally:  # also on another Ctrl-C during the graceful stop: then it is removed at once
+            with contextlib.suppress(docker.errors.DockerException):
+                (container or client.containers.get(name)).remove(force=True, v=True)

@@ -1,158 +1,99 @@
-"""bench.md (a table for a person, e.g. a CI job summary) and bench.png (bars with intervals, every run a dot)."""
+"""bench.md (a table per label, the speedup per concurrency, the crossover, the gate) and bench.png (throughput and
+p99 inter-token latency against concurrency, a line per label), both from bench.json's data."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from sm120.bench import sweep
 from sm120.bench.results import Results
 from sm120.image.entrypoint.errors import redact
 
+COLUMNS = ("output_tok_s", "request_tok_s", "request_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99")
+COLUMNS += ("itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "accept_length")
 
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
 
-
-def _mean_ci(summary: dict[str, Any] | None, digits: int = 1) -> str:
-    if not summary:
+def _cell(s: dict[str, Any] | None, digits: int = 1) -> str:
+    if not s:
         return "–"
-    text = _fmt(summary["mean"], digits)
-    if summary.get("ci95_low") is not None:
-        text += f" ({_fmt(summary['ci95_low'], digits)}–{_fmt(summary['ci95_high'], digits)})"
-    return text
+    text = f"{s['mean']:.{digits}f}"
+    return text + (f" ({s['ci95_low']:.{digits}f}–{s['ci95_high']:.{digits}f})" if s["ci95_low"] is not None else "")
 
 
-def _ratio(r: dict[str, Any] | None) -> str:
-    if not r:
-        return "–"
+def _ratio(r: dict[str, Any]) -> str:
     text = f"×{r['ratio']:.3f}"
-    if r.get("ci95_low") is not None:
-        text += f" ({r['ci95_low']:.3f}–{r['ci95_high']:.3f})"
-    return text
+    return text + (f" ({r['ci95_low']:.3f}–{r['ci95_high']:.3f})" if r["ci95_low"] is not None else "")
+
+
+def stand_in(data: dict[str, Any]) -> bool:
+    """Measured against the tests' stand-in server (it says so in /server_info's version), not SGLang."""
+    return any(str(lab["server"].get("version", "")).endswith("stand-in") for lab in data["labels"].values())
 
 
 def _source(label: dict[str, Any]) -> str:
-    src = label.get("source", {})
-    server = label.get("server", {})
-    parts = []
-    if "image" in src:
-        parts.append(f"image `{src['image']}` mode `{src.get('mode')}`")
-        spec = src.get("spec")
-        if spec:
-            parts.append("steps {steps}, top-k {topk}, draft tokens {draft}".format(**spec))
-    elif "endpoint" in src:
-        parts.append(
-            f"endpoint {src['endpoint']}" + (" (credentials given, not recorded)" if src.get("credentials") else "")
-        )
-    if server.get("version"):
-        parts.append(f"SGLang {server['version']}")
-    if server.get("model_path"):
-        parts.append(f"model `{server['model_path']}`")
-    if server.get("tp_size"):
-        parts.append(f"TP {server['tp_size']}")
-    if server.get("speculative_algorithm"):
-        parts.append(
-            f"{server['speculative_algorithm']} steps {server.get('speculative_num_steps')}, "
-            f"top-k {server.get('speculative_eagle_topk')}, draft tokens {server.get('speculative_num_draft_tokens')}"
-        )
-    return "; ".join(parts) or "–"
-
-
-def _incomplete(data: dict[str, Any]) -> list[str]:
-    """'eagle3: 3 of 10 runs (interrupted)' for every label that did not finish its runs."""
-    asked = data["settings"].get("runs")
-    out = []
-    for name, label in data["labels"].items():
-        if label["status"] != "complete":
-            done = len(label["runs"])
-            of = f" of {asked}" if isinstance(asked, int) else ""
-            out.append(f"{name}: {done}{of} runs ({label['status']})")
-    return out
+    src, server = label["source"], label["server"]
+    parts = [
+        f"image `{src['image']}` mode `{src.get('mode')}`" if "image" in src else f"endpoint {src.get('endpoint')}"
+    ]
+    if src.get("spec"):
+        parts.append("steps {steps}, top-k {topk}, draft tokens {draft}".format(**src["spec"]))
+    parts += [
+        f"{k} {server[k]}" for k in ("version", "model_path", "tp_size", "speculative_algorithm") if server.get(k)
+    ]
+    return "; ".join(parts)
 
 
 def markdown(results: Results) -> str:
+    from tabulate import tabulate
+
     data = results.to_dict()
     s = data["settings"]
-    prompts = s.get("prompts", {})
     lines = [
-        "## SGLang single-stream benchmark",
+        "## SGLang under load: baseline vs EAGLE-3 (SGLang's bench_serving)",
         "",
-        f"{s.get('runs')} runs per label after {s.get('warmup')} warm-up; max tokens {s.get('max_tokens')}, "
-        f"temperature {s.get('temperature')}, seed {s.get('seed')}, "
-        f"ignore EOS {'on' if s.get('ignore_eos') else 'off'}; "
-        f"prompts: {prompts.get('name')} ({prompts.get('count')}, sha256 {str(prompts.get('sha256'))[:12]}). "
-        "Mean with its 95 % interval (Student t); speedups are over "
-        f"`{data['baseline']}`.",
-        "",
+        f"Concurrency {', '.join(map(str, s['concurrency']))}; {s['runs']} runs each; max tokens {s['max_tokens']}, "
+        f"seed {s['seed']}; prompts {s['prompts']['name']} ({s['prompts']['count']}, sha256 "
+        f"{s['prompts']['sha256'][:12]}). Mean (95 % interval, Student t) over the runs; speedups: "
+        f"{sweep.FIGURES[s['figure']]} over `{data['baseline']}`.",
     ]
-    incomplete = _incomplete(data)
-    if incomplete:
-        lines += [f"**Incomplete: {'; '.join(incomplete)}.** The figures are of the runs that finished.", ""]
-    lines += [
-        "| label | runs | decode tok/s | e2e tok/s | TTFT (s) | tokens | accept length | speedup (decode) | "
-        "speedup (e2e) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    if stand_in(data):
+        lines += ["", "**Measured against a stand-in server, not SGLang: the figures show the tool, not a GPU.**"]
+    headers = ["concurrency", *(sweep.FIGURES[c] for c in COLUMNS)]
     for name, label in data["labels"].items():
-        summary = label["summary"]
-        speedup = data["speedup"].get(name, {})
-        runs = str(len(label["runs"]))
-        if label["status"] != "complete":
-            asked = s.get("runs")
-            runs += (f" of {asked}" if isinstance(asked, int) else "") + f" ({label['status']})"
-        decode = summary.get("decode_tok_s")
-        decode_text = _mean_ci(decode)
-        if decode:
-            decode_text += f"<br>median {_fmt(decode['median'])}, {_fmt(decode['min'])}–{_fmt(decode['max'])}"
-        lines.append(
-            f"| {name} | {runs} | {decode_text} | {_mean_ci(summary.get('e2e_tok_s'))} | "
-            f"{_mean_ci(summary.get('ttft_s'), 3)} | {_fmt((summary.get('completion_tokens') or {}).get('mean'), 0)} | "
-            f"{_mean_ci(summary.get('spec_accept_length'), 2)} | {_ratio(speedup.get('decode_tok_s'))} | "
-            f"{_ratio(speedup.get('e2e_tok_s'))} |"
-        )
-    gate = data.get("gate")
-    if gate:
+        status = label["status"] + (f": {label['error']}" if label["error"] else "")
+        lines += ["", f"### {name}", "", f"{_source(label)}. Status: {status}.", ""]
+        rows = [
+            [c, *(_cell(figs.get(k), 2 if k == "accept_length" else 1) for k in COLUMNS)]
+            for c, figs in label["summary"].items()
+        ]
+        lines.append(tabulate(rows, headers, tablefmt="github") if rows else "No finished runs.")
+    if data["speedup"]:
+        lines += ["", f"### Speedup over `{data['baseline']}`", ""]
+        concurrencies = sorted({c for by_c in data["speedup"].values() for c in by_c}, key=int)
+        rows = [
+            [name, *(_ratio(by_c[c]) if c in by_c else "–" for c in concurrencies)]
+            for name, by_c in data["speedup"].items()
+        ]
+        lines.append(tabulate(rows, ["label", *(f"c={c}" for c in concurrencies)], tablefmt="github"))
+        for name, c in data["crossover"].items():
+            lines.append(
+                f"\n- `{name}`: "
+                + (
+                    f"no longer faster from concurrency {c} on"
+                    if c is not None
+                    else "still faster at the highest concurrency measured"
+                )
+            )
+    if data["gate"]:
+        gate = data["gate"]
         lines += ["", f"**Gate: {'passed' if gate['passed'] else 'FAILED'}**: {gate['message']}"]
-    grid = data.get("grid")
-    if grid and grid.get("points"):
+    if data["grid"]:
         lines += [
             "",
-            "### EAGLE-3 settings sweep",
-            "",
-            "| steps | top-k | draft tokens | decode tok/s | accept length | speedup (decode) | |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            f"EAGLE-3 settings sweep: best `{data['grid'].get('best')}` of {len(data['grid']['points'])} points.",
         ]
-        for point in grid["points"]:
-            summary = data["labels"].get(point["label"], {}).get("summary", {})
-            speedup = data["speedup"].get(point["label"], {})
-            mark = "best" if point["label"] == grid.get("best") else ("failed" if point.get("error") else "")
-            lines.append(
-                f"| {point['steps']} | {point['topk']} | {point['draft']} | {_mean_ci(summary.get('decode_tok_s'))} | "
-                f"{_mean_ci(summary.get('spec_accept_length'), 2)} | {_ratio(speedup.get('decode_tok_s'))} | {mark} |"
-            )
-    lines += ["", "| label | source | status |", "| --- | --- | --- |"]
-    for name, label in data["labels"].items():
-        status = label["status"] + (f": {label['error']}" if label.get("error") else "")
-        lines.append(f"| {name} | {_source(label)} | {status.replace('|', '/')} |")
-    lines += [
-        "",
-        "decode tok/s: tokens after the first streamed chunk over the time after it; e2e tok/s: all completion "
-        "tokens over the whole request; tokens are SGLang's own `completion_tokens`; accept length: SGLang's "
-        "`spec_accept_length` (completion tokens per verify step).",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def plot_title(data: dict[str, Any]) -> str:
-    """bench.png's title: what the figure shows, and which labels stopped short (runs done of runs asked)."""
-    s = data["settings"]
-    title = (
-        f"SGLang single stream: {s.get('runs')} runs per label, max {s.get('max_tokens')} tokens "
-        f"(bars: mean, whiskers: 95 % interval, dots: runs, ×: over {data['baseline']})"
-    )
-    incomplete = _incomplete(data)
-    return title + ("\nINCOMPLETE: " + "; ".join(incomplete) if incomplete else "")
+    return redact("\n".join(lines) + "\n")
 
 
 def plot(results: Results, path: Path) -> Path:
@@ -162,51 +103,31 @@ def plot(results: Results, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     data = results.to_dict()
-    s = data["settings"]
-    names = [n for n, lab in data["labels"].items() if lab["runs"]]
-    panels = [
-        ("decode_tok_s", "decode tok/s"),
-        ("e2e_tok_s", "end-to-end tok/s"),
-        ("ttft_s", "time to first token (s)"),
-    ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, (key, title) in zip(axes[0], panels, strict=True):
-        for i, name in enumerate(names):
-            label = data["labels"][name]
-            summary = label["summary"].get(key)
-            color = colors[i % len(colors)]
-            if not summary:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    for ax, (key, title) in zip(
+        axes, (("output_tok_s", "output tok/s"), ("itl_ms_p99", "p99 inter-token latency (ms)")), strict=True
+    ):
+        for name, label in data["labels"].items():
+            points = [(int(c), f[key]) for c, f in label["summary"].items() if key in f]
+            if not points:
                 continue
-            err = None
-            if summary.get("ci95_low") is not None:  # a speed or a time: the interval stops at zero
-                low = max(summary["ci95_low"], 0.0)
-                err = [[max(summary["mean"] - low, 0.0)], [max(summary["ci95_high"] - summary["mean"], 0.0)]]
-            ax.bar(i, summary["mean"], width=0.6, color=color, alpha=0.35, edgecolor=color)
-            ax.errorbar(i, summary["mean"], yerr=err, fmt="none", ecolor="black", capsize=6, linewidth=1.2)
-            values = [r[key] for r in label["runs"] if isinstance(r.get(key), (int, float))]
-            n = len(values)
-            xs = [i + (j - (n - 1) / 2) * (0.4 / max(n - 1, 1)) for j in range(n)]
-            ax.scatter(xs, values, s=14, color=color, edgecolor="black", linewidths=0.4, zorder=3)
-        ax.set_xlim(-0.8, max(len(names), 2) - 0.2)
-        ax.set_xticks(range(len(names)))
-        ticks = []
-        for name in names:
-            r = data["speedup"].get(name, {}).get(key if key in ("decode_tok_s", "e2e_tok_s") else "", {})
-            tick = f"{name}\n×{r['ratio']:.2f}" if r else name
-            label = data["labels"][name]
-            if label["status"] != "complete":
-                asked = s.get("runs")
-                tick += (
-                    f"\n{len(label['runs'])}{f' of {asked}' if isinstance(asked, int) else ''} runs, {label['status']}"
-                )
-            ticks.append(redact(tick))
-        ax.set_xticklabels(ticks, rotation=20 if len(names) > 3 else 0, ha="right" if len(names) > 3 else "center")
+            xs, ss = zip(*points, strict=True)
+            means = [x["mean"] for x in ss]
+            low = [m - (x["ci95_low"] if x["ci95_low"] is not None else m) for m, x in zip(means, ss, strict=True)]
+            high = [(x["ci95_high"] if x["ci95_high"] is not None else m) - m for m, x in zip(means, ss, strict=True)]
+            ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=4, label=redact(f"{name} ({label['status']})"))
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(data["settings"]["concurrency"], [str(c) for c in data["settings"]["concurrency"]])
+        ax.minorticks_off()
+        ax.set_xlabel("concurrent requests")
         ax.set_title(title)
         ax.set_ylim(bottom=0)
-        ax.grid(axis="y", alpha=0.3)
-    title, incomplete = plot_title(data), _incomplete(data)
-    fig.suptitle(redact(title), fontsize=10, color="black" if not incomplete else "darkred")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    title = "SGLang bench_serving: baseline vs EAGLE-3 by concurrency (mean, 95 % interval)"
+    if stand_in(data):
+        title += "\nSTAND-IN SERVER, NOT SGLANG: these figures show the tool, not a GPU"
+    fig.suptitle(title, fontsize=10, color="darkred" if stand_in(data) else "black")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -217,7 +138,7 @@ def write(results: Results, directory: Path) -> list[Path]:
     """bench.json, bench.md and bench.png in directory."""
     paths = [results.save(directory)]
     md = directory / "bench.md"
-    md.write_text(redact(markdown(results)), encoding="utf-8")
+    md.write_text(markdown(results), encoding="utf-8")
     paths.append(md)
     if any(label.runs for label in results.labels.values()):
         paths.append(plot(results, directory / "bench.png"))

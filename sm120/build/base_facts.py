@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from sm120.errors import UsageError
-from sm120.plan import ROOT
+from sm120.plan import ROOT, image_plan
 from sm120.plan.plan_types import cuda_minor
 
 if TYPE_CHECKING:
@@ -72,11 +72,7 @@ def load(config: Config, path: Path = FACTS_FILE) -> list[Fact]:
     for i, entry in enumerate(raw.get("facts", [])):
         entry = dict(entry)
         try:
-            fact_id = entry.pop("id")
-            kind = entry.pop("kind")
-            images = tuple(entry.pop("images"))
-            why = entry.pop("why")
-            source = entry.pop("source")
+            fact_id, kind, images, why, source = [entry.pop(key) for key in ("id", "kind", "images", "why", "source")]
         except KeyError as exc:
             raise UsageError(f"{path.name}: facts.{i} has no {exc.args[0]!r}") from None
         if kind not in KINDS:
@@ -86,53 +82,45 @@ def load(config: Config, path: Path = FACTS_FILE) -> list[Fact]:
         if not set(images) <= {"devel", "runtime"}:
             raise UsageError(f"{path.name}: facts.{i} ({fact_id}): images must be 'devel' and/or 'runtime'")
         offline = entry.pop("offline", None)
-        facts.append(Fact(fact_id, images, kind, _fill(entry, names), why, source, offline))
+        facts.append(Fact(fact_id, tuple(images), kind, _fill(entry, names), why, source, offline))
     return facts
+
+
+# A /bin/sh line per kind that prints what the base has for a fact (env and entrypoint: read from the image's
+# config), its fields shell-quoted; what the line prints when the fact holds, for the kinds judged by that alone.
+PROBES = {
+    "symlink": "if [ -L {path} ]; then readlink {path}; else echo '(not a link)'; fi",
+    "resolves": "readlink -f {path} || echo '(does not resolve)'",
+    "dir": "if [ -d {path} ] && [ ! -L {path} ]; then echo dir; elif [ -L {path} ]; then echo link; "
+    "else echo missing; fi",
+    "file": "if [ -f {path} ]; then echo file; else echo missing; fi",
+    "absent": "if [ -e {path} ] || [ -L {path} ]; then echo present; else echo absent; fi",
+    "no_command": "command -v {command} || echo absent",
+    "user": "getent passwd {name} || echo missing",
+    "library": "ldconfig -p | grep -F -q {soname_} && echo found || echo missing",
+    "python": "python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null || echo none",
+}
+HOLDS = {"dir": "dir", "file": "file", "absent": "absent", "library": "found"}
 
 
 def shell_probe(fact: Fact) -> str | None:
     """A /bin/sh line that prints what the base has for this fact (None: read from the image's config)."""
-    q = shlex.quote
-    kind = fact.kind
-    if kind == "symlink":
-        return f"if [ -L {q(fact['path'])} ]; then readlink {q(fact['path'])}; else echo '(not a link)'; fi"
-    if kind == "resolves":
-        return f"readlink -f {q(fact['path'])} || echo '(does not resolve)'"
-    if kind == "dir":
-        path = q(fact["path"])
-        return (
-            f"if [ -d {path} ] && [ ! -L {path} ]; then echo dir; elif [ -L {path} ]; then echo link; "
-            "else echo missing; fi"
-        )
-    if kind == "file":
-        return f"if [ -f {q(fact['path'])} ]; then echo file; else echo missing; fi"
-    if kind == "absent":
-        return f"if [ -e {q(fact['path'])} ] || [ -L {q(fact['path'])} ]; then echo present; else echo absent; fi"
-    if kind == "no_command":
-        return f"command -v {q(fact['command'])} || echo absent"
-    if kind == "user":
-        return f"getent passwd {q(fact['name'])} || echo missing"
-    if kind == "library":
-        return f"ldconfig -p | grep -F -q {q(fact['soname'] + ' ')} && echo found || echo missing"
-    if kind == "python":
-        return "python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null || echo none"
-    return None
+    fields = {k: shlex.quote(str(v)) for k, v in fact.fields.items()}
+    if "soname" in fact.fields:  # matched with the space after it in ldconfig's list
+        fields["soname_"] = shlex.quote(fact["soname"] + " ")
+    return PROBES[fact.kind].format(**fields) if fact.kind in PROBES else None
 
 
 def judge(fact: Fact, found: str, image_config: dict[str, Any]) -> tuple[bool, str]:
     """(held?, what was found) for a fact, given the probe's output and the image's configuration."""
     found = found.strip()
     kind = fact.kind
+    if kind in HOLDS:
+        return found == HOLDS[kind], found
     if kind == "symlink":
         return found == fact["target"], f"link to {found!r}" if found != "(not a link)" else found
     if kind == "resolves":
         return found == fact["to"], f"resolves to {found!r}"
-    if kind == "dir":
-        return found == "dir", found
-    if kind == "file":
-        return found == "file", found
-    if kind == "absent":
-        return found == "absent", found
     if kind == "no_command":
         return found == "absent", f"on PATH: {found}" if found != "absent" else found
     if kind == "user":
@@ -142,8 +130,6 @@ def judge(fact: Fact, found: str, image_config: dict[str, Any]) -> tuple[bool, s
         want = (fact["name"], str(fact["uid"]), str(fact["gid"]), fact["home"])
         have = (parts[0], parts[2], parts[3], parts[5])
         return have == want, f"{parts[0]} uid {parts[2]} gid {parts[3]} home {parts[5]}"
-    if kind == "library":
-        return found == "found", found
     if kind == "python":
         return found == fact["version"], f"python3 {found}"
     if kind == "env":
@@ -165,8 +151,8 @@ def check(client: Any, image: str, flavour: Flavour, facts: list[Fact]) -> list[
     script = "; ".join(f"echo {shlex.quote(marker + fid)}; {probe}" for fid, probe in probes.items() if probe)
     out = ""
     if script:
-        out = client.containers.run(
-            image, ["-c", script], entrypoint=["/bin/sh"], user="root", network_disabled=True, remove=True
+        out = image_plan.output(
+            client, image, "base", command=["-c", script], entrypoint=["/bin/sh"], user="root", network_disabled=True
         ).decode(errors="replace")
     found: dict[str, str] = {}
     current = None

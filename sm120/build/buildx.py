@@ -7,18 +7,21 @@ reached through the buildx CLI plugin.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sm120.errors import CheckFailed, UsageError
+from sm120.errors import CheckFailed, Terminated, UsageError
 
 # Where the host keeps the CA bundle that pip should trust inside RUN steps (a TLS-intercepting proxy's CA
 # is in it on some machines). Passed as a BuildKit secret: used during the build, never stored in a layer.
@@ -80,22 +83,18 @@ def command(req: BuildRequest) -> list[str]:
     cmd += ["--progress", req.progress, "--file", str(req.dockerfile)]
     if req.target:
         cmd += ["--target", req.target]
-    if not req.push_by_digest:
-        for tag in req.tags:
-            cmd += ["--tag", tag]
-    for key, value in req.build_args.items():
-        cmd += ["--build-arg", f"{key}={value}"]
-    for key, value in req.labels.items():
-        cmd += ["--label", f"{key}={value}"]
-    for spec in req.cache_from:
-        cmd += ["--cache-from", spec]
-    for spec in req.cache_to:
-        cmd += ["--cache-to", spec]
     bundle = ca_bundle()
-    if bundle is not None:
-        cmd += ["--secret", f"id=ca_bundle,src={bundle}"]
-    for sid, src in req.extra_secrets.items():
-        cmd += ["--secret", f"id={sid},src={src}"]
+    secrets = {"ca_bundle": bundle} if bundle is not None else {}
+    for flag, values in (
+        ("--tag", () if req.push_by_digest else req.tags),
+        ("--build-arg", [f"{k}={v}" for k, v in req.build_args.items()]),
+        ("--label", [f"{k}={v}" for k, v in req.labels.items()]),
+        ("--cache-from", req.cache_from),
+        ("--cache-to", req.cache_to),
+        ("--secret", [f"id={sid},src={src}" for sid, src in {**secrets, **req.extra_secrets}.items()]),
+    ):
+        for value in values:
+            cmd += [flag, value]
     if req.sbom:
         cmd += ["--sbom=true"]
     if req.provenance:
@@ -135,37 +134,20 @@ def pushed_digest(metadata_file: Path) -> str:
 def failure_summary(lines: Iterable[str]) -> str:
     """One line naming the failed stage and step (and patch), from BuildKit's plain output."""
     failed: re.Match[str] | None = None
-    patch_msg: str | None = None
+    patch_msg = ""
     for line in lines:
-        m = _FAILED.match(line)
-        if m:
-            failed = m
-        p = _PATCH_LINE.search(line)
-        if p:
+        failed = _FAILED.match(line) or failed
+        if p := _PATCH_LINE.search(line):
             patch_msg = p.group("msg").strip()
     if failed is None:
         return "the build failed before any stage ran (see BuildKit's output above)"
-    stage = failed.group("stage")
-    where = f"stage '{stage}'"
-    if failed.group("n"):
-        where += f" step {failed.group('n')}/{failed.group('m')}"
-    what = failed.group("what").strip()
-    if len(what) > 100:
-        what = what[:97] + "..."
-    summary = f"{where} failed: {what}"
-    if patch_msg:
-        summary += f" | {patch_msg}"
-    return summary
+    where = f"stage '{failed['stage']}'" + (f" step {failed['n']}/{failed['m']}" if failed["n"] else "")
+    what = failed["what"].strip()
+    what = what if len(what) <= 100 else what[:97] + "..."
+    return f"{where} failed: {what}" + (f" | {patch_msg}" if patch_msg else "")
 
 
 STOP_GRACE_S = 15.0  # after Ctrl-C or SIGTERM: how long buildx gets to cancel the build before it is killed
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a CI runner cancelling the job): handled as Ctrl-C is, exit 143."""
-
-    exit_code = 143
-    what = "terminated (SIGTERM)"
 
 
 def run(req: BuildRequest, *, echo: bool = True) -> None:
@@ -174,9 +156,6 @@ def run(req: BuildRequest, *, echo: bool = True) -> None:
     Ctrl-C (which reaches buildx too: the terminal's foreground group) and SIGTERM (sent to this process alone; it
     raises Terminated, exit 143) cancel the build: buildx is sent SIGINT and is killed if it has not ended within
     STOP_GRACE_S (at once on another Ctrl-C), so no build goes on after build.py has ended."""
-    import signal
-    import threading
-
     cmd = command(req)
     env = dict(os.environ, DOCKER_BUILDKIT="1", BUILDKIT_PROGRESS=req.progress)
     tail: deque[str] = deque(maxlen=4000)
@@ -216,10 +195,6 @@ def _cancel(proc: subprocess.Popen, tail: deque[str], echo: bool) -> None:
     """buildx cancels the build on SIGINT or SIGTERM (a terminal's Ctrl-C sent it one already; a third one makes it
     exit at once). What it prints meanwhile is still read (a full pipe would hold it up); after STOP_GRACE_S, or on
     another Ctrl-C, it is killed."""
-    import contextlib
-    import signal
-    import threading
-
     proc.send_signal(signal.SIGINT)  # nothing when it has ended
 
     def drain() -> None:

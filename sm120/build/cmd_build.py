@@ -23,7 +23,6 @@ from sm120.errors import UsageError
 from sm120.plan import build_args
 from sm120.plan import config as cfg
 from sm120.plan import resolve as planmod
-from sm120.plan.plan_types import Plan
 
 ROOT = cfg.ROOT
 WHEELHOUSE = ROOT / ".wheelhouse"
@@ -122,10 +121,6 @@ def run(args: argparse.Namespace) -> int:
     )
     plan = planmod.plan_from_args(config, args)
     staged = build_context.stage(config, plan, ROOT)  # plan.json, the series and the build_jobs secret
-    return _run(args, config, plan, staged)
-
-
-def _run(args: argparse.Namespace, config: cfg.Config, plan: Plan, staged: Path) -> int:
     request = buildx.BuildRequest(
         context=ROOT,
         dockerfile=ROOT / "Dockerfile",

@@ -54,24 +54,19 @@ class Verdict:
     warning: str | None = None
 
 
-def disk_needed(needs: cfg.BuilderNeeds, built: dict[str, bool]) -> tuple[float, str]:
-    """(GiB, what it is for) for the tracks to build: from nothing, or a rebuild where the track's image is there."""
-    rebuild = needs.min_disk_gib_rebuild if needs.min_disk_gib_rebuild is not None else needs.min_disk_gib
-    total = sum(rebuild if present else needs.min_disk_gib for present in built.values())
-    parts = [f"{v} ({'a rebuild' if present else 'from nothing'})" for v, present in built.items()]
-    return total, ", ".join(parts)
-
-
 def judge(
     profile: str, needs: cfg.BuilderNeeds, facts: Engine, free: int | None, built: dict[str, bool] | None = None
 ) -> Verdict:
     """Compare the measurements with the needs; every shortfall is one clause naming found and needed.
-    `built`: track -> whether its image is already in the engine (None: one build from nothing)."""
-    problems = []
-    warning = None
-    memory = facts.memory_bytes / GIB
-    disk_gib, what = disk_needed(needs, built) if built else (needs.min_disk_gib, "")
+    `built`: track -> whether its image is already in the engine (a rebuild), None: one build from nothing."""
+    rebuild = needs.min_disk_gib if needs.min_disk_gib_rebuild is None else needs.min_disk_gib_rebuild
+    disk_gib = (
+        sum(rebuild if present else needs.min_disk_gib for present in built.values()) if built else needs.min_disk_gib
+    )
+    what = ", ".join(f"{v} ({'a rebuild' if present else 'from nothing'})" for v, present in (built or {}).items())
     tracks = f" of {what}" if what else ""
+    problems, warning = [], None
+    memory = facts.memory_bytes / GIB
     if free is None:
         warning = (
             f"the engine's root directory {facts.root_dir} is not on this machine (a remote engine?): "

@@ -8,14 +8,13 @@ image, no Docker Engine, an --out that cannot be written).
 from __future__ import annotations
 
 import argparse
-import uuid
 from pathlib import Path
 
 from sm120.arguments import positive_float
 from sm120.build import docker_client, image_ref, sbom
 from sm120.build.buildx import repository
 from sm120.errors import CheckFailed, UsageError
-from sm120.plan import labels
+from sm120.plan import image_plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,23 +75,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _scan(engine, image: str, name: str, version: str, with_files: bool) -> str:
-    container = engine.containers.create(
-        image,
-        entrypoint=[f"{sbom.MOUNT}/syft"],
-        command=sbom.arguments(name, version),
-        environment=sbom.environment(with_files),
-        user="0",
-        network_disabled=True,
-        labels={f"{labels.namespace()}.sbom": uuid.uuid4().hex[:12]},  # a container of this command, if one stays
-    )
-    try:
-        container.put_archive("/", sbom.binary_tar(sbom.syft_binary(), "syft"))
-        container.start()
-        status = container.wait()
-        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+    syft = {
+        "entrypoint": [f"{sbom.MOUNT}/syft"],
+        "command": sbom.arguments(name, version),
+        "environment": sbom.environment(with_files),
+        "user": "0",
+        "network_disabled": True,
+    }
+    with image_plan.scratch(engine, image, "sbom", **syft) as box:  # labelled: test_sbom_image finds none left
+        box.put_archive("/", sbom.binary_tar(sbom.syft_binary(), "syft"))
+        box.start()
+        status = box.wait()
+        out = box.logs(stdout=True, stderr=False).decode(errors="replace")
         if status.get("StatusCode") != 0:
-            err = container.logs(stdout=False, stderr=True).decode(errors="replace").strip().splitlines()
+            err = box.logs(stdout=False, stderr=True).decode(errors="replace").strip().splitlines()
             raise CheckFailed(f"syft exited {status.get('StatusCode')} in {image}: {' | '.join(err[-3:])}")
         return out
-    finally:
-        container.remove(force=True, v=True)

@@ -30,7 +30,7 @@ def connect(error: type[Exception] = UsageError) -> docker.DockerClient:
     return client
 
 
-def image(client: docker.DockerClient, reference: str) -> Any:
+def image(client: docker.DockerClient, reference: str, flag: str = "--image") -> Any:
     """The engine's image `reference`; UsageError (exit 2) when it has none, CheckFailed when it cannot say."""
     import docker
 
@@ -38,7 +38,7 @@ def image(client: docker.DockerClient, reference: str) -> Any:
         return client.images.get(reference)
     except docker.errors.ImageNotFound:
         raise UsageError(
-            f"--image {reference}: no such image on this Docker host; build it (build.py build) or docker pull it first"
+            f"{flag} {reference}: no such image on this Docker host; build it (build.py build) or docker pull it first"
         ) from None
     except docker.errors.APIError as exc:
         raise CheckFailed(f"cannot inspect image {reference}: {describe(exc)}") from None

@@ -9,6 +9,7 @@ models, requests and placement) beside copies of deploy/kubernetes/base, single 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 from pathlib import Path
 
@@ -65,31 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     plan = resolve.load_plan(args.config, profile=args.profile, sglang=args.sglang)
-    request = kubernetes.Request(
-        nodes=args.nodes,
-        gpus=args.gpus,
-        mode=args.mode,
-        model_path=args.model_path,
-        draft_model_path=args.draft_model_path,
-        registry=args.registry,
-        namespace=args.namespace,
-        models_pvc=args.models_pvc,
-        models_host_path=args.models_host_path,
-        nccl_socket_ifname=args.nccl_socket_ifname,
-        infiniband=args.infiniband,
-        rdma_resource=args.rdma_resource,
-        cache_size=args.cache_size,
-        api_key_secret=args.api_key_secret,
-        api_key_secret_key=args.api_key_secret_key,
-        admin_api_key_secret=args.admin_api_key_secret,
-        admin_api_key_secret_key=args.admin_api_key_secret_key,
-        cpu_request=args.cpu_request,
-        memory_request=args.memory_request,
-        shm_size=args.shm_size,
-        node_selector=tuple(args.node_selector),
-        tolerations=tuple(args.toleration),
-        network_policy=args.network_policy,
-    )
+    given = {**vars(args), "tolerations": args.toleration}  # --toleration, once per taint
+    request = kubernetes.Request(**{field.name: given[field.name] for field in dataclasses.fields(kubernetes.Request)})
     text = kubernetes.kustomization(plan, request, command_line(args))
     kubernetes.write(args.out, text)
     name, tag = kubernetes.image_reference(plan, args.registry)

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from sm120.build import image_ref
-from sm120.errors import CheckFailed, UsageError, suggest
+from sm120.errors import UsageError, suggest
 from sm120.plan import ROOT
 from sm120.plan.plan_types import Plan
 
@@ -85,8 +85,8 @@ class Request:
     cpu_request: str | None = None
     memory_request: str | None = None
     shm_size: str | None = None
-    node_selector: tuple[str, ...] = ()  # KEY=VALUE each
-    tolerations: tuple[str, ...] = ()  # KEY[=VALUE][:EFFECT] each, as `kubectl taint` writes a taint
+    node_selector: Sequence[str] = ()  # KEY=VALUE each
+    tolerations: Sequence[str] = ()  # KEY[=VALUE][:EFFECT] each, as `kubectl taint` writes a taint
     network_policy: bool = True
 
 
@@ -143,7 +143,10 @@ def _at(doc: Any, pointer: str) -> Any:
 
 @dataclass(frozen=True)
 class Base:
-    """The names and positions in a workload's base (base/ or single/) that the kustomization patches."""
+    """The names and positions in a workload's base (base/ or single/) that the kustomization patches. The bases'
+    shape (one container per pod template, the same image and volumes in each, the leader's Service, one
+    configMapGenerator) is the repository's, proven by rendering every workload in T0
+    (tests/unit/test_kubernetes.py); the patches' `test` operations guard each position when kustomize applies them."""
 
     workload: Workload
     name: str  # the LeaderWorkerSet's or the StatefulSet's
@@ -151,68 +154,33 @@ class Base:
     network_policy: str
     configmap: str
     image: str
-    container: int  # index of the SGLang container in each template
     models_volume: int  # index of the models volume in each template
     shm_volume: int  # index of the /dev/shm volume (emptyDir in memory) in each template
     volumes: int  # how many volumes each template has (a component's volume comes after them)
     cache_claim: int  # index of the cache claim in volumeClaimTemplates
+    container: int = 0  # index of the SGLang container in each template
 
     @classmethod
     def read(cls, workload: Workload = GROUP, source: Path = SOURCE) -> Base:
         where = source / workload.directory
-        docs = _load_resources(where)
-        resource = _one(docs, workload.kind, where)
-        services = [d for d in docs if d.get("kind") == "Service" and d["spec"].get("clusterIP") != "None"]
-        if len(services) != 1:
-            raise CheckFailed(f"{where}: expected one Service with a cluster IP (the leader's), found {len(services)}")
-        policy = _one(docs, NETWORK_POLICY_KIND, where)
         kustomization = yaml.safe_load((where / KUSTOMIZATION).read_text())
-        generators = kustomization.get("configMapGenerator") or []
-        if len(generators) != 1:
-            raise CheckFailed(f"{where}: expected one configMapGenerator (the entrypoint's variables)")
-        pods = [_at(resource, pointer)["spec"] for pointer in workload.pods]
-        containers = [pod["containers"] for pod in pods]
-        images = {c["image"] for cs in containers for c in cs}
-        if any(len(cs) != 1 for cs in containers) or len(images) != 1:
-            raise CheckFailed(f"{where}: each pod template must hold one container, the same image in all")
-        volumes = [pod["volumes"] for pod in pods]
-        names = [[v["name"] for v in vs] for vs in volumes]
-        if any(n != names[0] for n in names) or MODELS_VOLUME not in names[0]:
-            raise CheckFailed(f"{where}: every pod template needs the same volumes, {MODELS_VOLUME!r} among them")
-        shm = [i for i, v in enumerate(volumes[0]) if (v.get("emptyDir") or {}).get("medium") == "Memory"]
-        if len(shm) != 1:
-            raise CheckFailed(f"{where}: expected one emptyDir volume in memory (/dev/shm)")
-        claims = [c["metadata"]["name"] for c in _at(resource, workload.claims) or []]
-        if CACHE_CLAIM not in claims:
-            raise CheckFailed(f"{where}: volumeClaimTemplates has no {CACHE_CLAIM!r} (the JIT cache)")
+        docs = [d for name in kustomization["resources"] for d in yaml.safe_load_all((where / name).read_text()) if d]
+        kinds = {d["kind"]: d for d in docs if d["kind"] != "Service" or d["spec"].get("clusterIP") != "None"}
+        resource = kinds[workload.kind]
+        pod = _at(resource, workload.leader)["spec"]
+        volumes = pod["volumes"]
         return cls(
             workload=workload,
             name=resource["metadata"]["name"],
-            service_name=services[0]["metadata"]["name"],
-            network_policy=policy["metadata"]["name"],
-            configmap=generators[0]["name"],
-            image=images.pop(),
-            container=0,
-            models_volume=names[0].index(MODELS_VOLUME),
-            shm_volume=shm[0],
-            volumes=len(names[0]),
-            cache_claim=claims.index(CACHE_CLAIM),
+            service_name=kinds["Service"]["metadata"]["name"],
+            network_policy=kinds[NETWORK_POLICY_KIND]["metadata"]["name"],
+            configmap=kustomization["configMapGenerator"][0]["name"],
+            image=pod["containers"][0]["image"],
+            models_volume=[v["name"] for v in volumes].index(MODELS_VOLUME),
+            shm_volume=next(i for i, v in enumerate(volumes) if (v.get("emptyDir") or {}).get("medium") == "Memory"),
+            volumes=len(volumes),
+            cache_claim=[c["metadata"]["name"] for c in _at(resource, workload.claims)].index(CACHE_CLAIM),
         )
-
-
-def _load_resources(directory: Path) -> list[dict[str, Any]]:
-    kustomization = yaml.safe_load((directory / KUSTOMIZATION).read_text())
-    docs: list[dict[str, Any]] = []
-    for name in kustomization.get("resources") or []:
-        docs.extend(d for d in yaml.safe_load_all((directory / name).read_text()) if d)
-    return docs
-
-
-def _one(docs: list[dict[str, Any]], kind: str, where: Path) -> dict[str, Any]:
-    found = [d for d in docs if d.get("kind") == kind]
-    if len(found) != 1:
-        raise CheckFailed(f"{where}: expected one {kind}, found {len(found)}")
-    return found[0]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,25 +202,13 @@ class KeyComponent:
     @classmethod
     def read(cls, name: str = API_KEY_COMPONENT, workload: Workload = GROUP, source: Path = SOURCE) -> KeyComponent:
         path = source / "components" / name / KUSTOMIZATION
-        patches = yaml.safe_load(path.read_text()).get("patches") or []
-        ops = [op for p in patches if p["target"].get("kind") == workload.kind for op in yaml.safe_load(p["patch"])]
+        patches = yaml.safe_load(path.read_text())["patches"]
+        ops = [op for p in patches if p["target"]["kind"] == workload.kind for op in yaml.safe_load(p["patch"])]
+        added = {op["path"]: op["value"] for op in ops if op["op"] == "add"}
         pod = f"{workload.leader}/spec"
-        found = [op["value"] for op in ops if op.get("op") == "add" and op.get("path") == f"{pod}/volumes/-"]
-        secrets = [v for v in found if len((v.get("secret") or {}).get("items") or []) == 1]
-        env = [op["value"] for op in ops if op.get("op") == "add" and op.get("path") == f"{pod}/containers/0/env/-"]
-        if len(found) != 1 or len(secrets) != 1 or len(env) != 1:
-            raise CheckFailed(
-                f"{path}: expected, for the {workload.kind}, one volume added to the leader (a Secret with one item) "
-                "and one variable"
-            )
-        volume = secrets[0]
+        volume, variable = added[f"{pod}/volumes/-"], added[f"{pod}/containers/0/env/-"]["name"]
         secret = volume["secret"]
-        return cls(name, volume["name"], secret["secretName"], secret["items"][0]["key"], env[0]["name"])
-
-
-def modes_with_components(source: Path = SOURCE) -> set[str]:
-    found = {p.parent.name for p in (source / "components").glob(f"*/{KUSTOMIZATION}")}
-    return found - set(KEY_COMPONENTS)
+        return cls(name, volume["name"], secret["secretName"], secret["items"][0]["key"], variable)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -267,10 +223,6 @@ def check(plan: Plan, request: Request, source: Path = SOURCE) -> None:
         raise UsageError(
             f"--mode {request.mode!r} is not a mode of SGLang {plan.sglang_version}'s image "
             f"(modes: {', '.join(sorted(modes))}{suggest(request.mode, modes)})"
-        )
-    if request.mode not in modes_with_components(source):
-        raise CheckFailed(
-            f"{source}/components/{request.mode} is missing: every mode of build.toml [modes] needs its component"
         )
     if modes[request.mode].draft and not request.draft_model_path:
         raise UsageError(
@@ -293,8 +245,6 @@ def check(plan: Plan, request: Request, source: Path = SOURCE) -> None:
             )
     _match("--namespace", request.namespace, _DNS_LABEL, "a DNS label: lower-case letters, digits and '-'", 63)
     _match("--models-pvc", request.models_pvc, _DNS_SUBDOMAIN, "a claim name: lower-case letters, digits, '-', '.'")
-    if request.models_pvc and request.models_host_path:
-        raise UsageError("--models-pvc and --models-host-path: choose one (where the weights are)")
     if request.models_host_path is not None and not request.models_host_path.startswith("/"):
         raise UsageError(f"--models-host-path {request.models_host_path!r} is not an absolute path on the nodes")
     _match("--nccl-socket-ifname", request.nccl_socket_ifname, _IFNAME, "one network interface, e.g. eth0 or net1", 15)
@@ -416,8 +366,6 @@ def requests(request: Request) -> dict[str, str]:
 def image_reference(plan: Plan, registry: str | None) -> tuple[str, str]:
     """The plan's first tag, with the registry prefix as `build.py build --registry` pushes it: (name, tag)."""
     name, _, tag = image_ref.tags_for(plan, registry, [])[0].rpartition(":")
-    if not name or "/" in tag:
-        raise CheckFailed(f"the plan's tag {plan.tags[0]!r} has no :TAG part")
     return name, tag
 
 
@@ -530,23 +478,19 @@ def _models_volume(request: Request) -> dict[str, Any] | None:
     return None
 
 
-def key_secrets(request: Request) -> dict[str, tuple[str, str | None]]:
-    """The key components asked for -> (the Secret, its key or None for the component's own), in KEY_COMPONENTS'
-    order."""
+def secrets_for(request: Request, workload: Workload, source: Path = SOURCE) -> list[tuple[KeyComponent, str, str]]:
+    """(the component, the Secret, its key) for each key the leader gets, in KEY_COMPONENTS' order: the order their
+    volumes follow the base's."""
     chosen = {
         API_KEY_COMPONENT: (request.api_key_secret, request.api_key_secret_key),
         ADMIN_KEY_COMPONENT: (request.admin_api_key_secret, request.admin_api_key_secret_key),
     }
-    return {name: chosen[name] for name in KEY_COMPONENTS if chosen[name][0]}  # type: ignore[misc]
-
-
-def secrets_for(request: Request, workload: Workload, source: Path = SOURCE) -> list[tuple[KeyComponent, str, str]]:
-    """(the component, the Secret, its key) for each key the leader gets, in the order their volumes follow the
-    base's."""
     out = []
-    for name, (secret, key) in key_secrets(request).items():
-        component = KeyComponent.read(name, workload, source)
-        out.append((component, secret, key or component.key))
+    for name in KEY_COMPONENTS:
+        secret, key = chosen[name]
+        if secret:
+            component = KeyComponent.read(name, workload, source)
+            out.append((component, secret, key or component.key))
     return out
 
 

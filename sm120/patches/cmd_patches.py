@@ -64,13 +64,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     matrix.set_defaults(func=run_matrix)
 
 
-# ---------------------------------------------------------------------------------------------------
-
-
 def _version(given: str | None, config: Config) -> str:
     version = config.defaults.sglang if given is None else given
     pypi.parse_version(version)
     return version
+
+
+def _sglang(config: Config) -> list[tuple[str, Patch]]:
+    return [(name, patch) for name, patch in config.patches.items() if patch.component == "sglang"]
 
 
 def patches_for(config: Config, version: str) -> tuple[list[tuple[str, Patch]], str | None]:
@@ -78,9 +79,9 @@ def patches_for(config: Config, version: str) -> tuple[list[tuple[str, Patch]], 
     if version in config.tracks:
         names = [n for n in config.tracks[version].patches if config.patch(n).component == "sglang"]
         return [(name, config.patches[name]) for name in names], None
-    names = [name for name, patch in config.patches.items() if patch.component == "sglang"]
-    note = f"no track for sglang {version} in {config.path.name}: checking every sglang patch ({', '.join(names)})"
-    return [(name, config.patches[name]) for name in names], note
+    every = _sglang(config)
+    names = ", ".join(name for name, _ in every)
+    return every, f"no track for sglang {version} in {config.path.name}: checking every sglang patch ({names})"
 
 
 def _report(version: str, results: Sequence[patching.Result], *, verb: str, quiet: bool = False) -> int:
@@ -117,30 +118,28 @@ def check(config: Config, sglang: str | None = None, source: Path | None = None)
 def run_apply(args: argparse.Namespace) -> int:
     config = cfg.load(args.config)
     version = _version(args.sglang, config)
-    if not args.source:
+    source = Path(args.source) if args.source else None
+    if source is None:
         pypi.wheel_for(version)  # a release missing from PyPI is the first thing to hear about
     patches, note = patches_for(config, version)
     if note:
         _progress(note)
     dest = Path(args.dest)
-    if args.source:
-        source = Path(args.source)
+    if source is not None:
         if not source.is_dir():
             raise UsageError(f"--source {source}: no such directory")
         patching.verify_tree(source, version)
-        in_place = dest.exists() and dest.resolve() == source.resolve()
-        if in_place:
-            _check_writable(dest)
-        else:
-            _fresh_dest(dest)
-            # Check against the source before copying anything: a conflict leaves no half-made tree behind.
-            _report(version, patching.check(source, version, patches, root=config.root), verb="wrote", quiet=True)
-            shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
+    if source is not None and dest.exists() and dest.resolve() == source.resolve():
+        _check_writable(dest)  # in place
     else:
         _fresh_dest(dest)
-        wheel_tree = pypi.source_tree(version, progress=_progress)
-        _report(version, patching.check(wheel_tree, version, patches, root=config.root), verb="wrote", quiet=True)
-        pypi.extract(pypi.download(version, progress=_progress), dest, python_only=False)
+        # Checked before anything is written: a conflict leaves no half-made tree behind.
+        tree = source or pypi.source_tree(version, progress=_progress)
+        _report(version, patching.check(tree, version, patches, root=config.root), verb="wrote", quiet=True)
+        if source is not None:
+            shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
+        else:
+            pypi.extract(pypi.download(version, progress=_progress), dest, python_only=False)
     results = patching.apply(dest, version, patches, root=config.root)
     code = _report(version, results, verb="wrote")
     _progress(f"sglang {version}: patched tree in {dest}")
@@ -172,17 +171,13 @@ def _check_writable(dest: Path) -> None:
         ) from None
 
 
-# ---------------------------------------------------------------------------------------------------
-
-
 def matrix(config: Config, since: str = MATRIX_FLOOR) -> dict[str, dict[str, patching.Result]]:
     """{version: {patch: Result}} for every final release >= since, every sglang patch in build.toml."""
     try:
         Version(since)
     except InvalidVersion:
         raise UsageError(f"--since {since!r} is not a version (like {MATRIX_FLOOR})") from None
-    names = [name for name, patch in config.patches.items() if patch.component == "sglang"]
-    patches = [(name, config.patches[name]) for name in names]
+    patches = _sglang(config)
     releases = pypi.final_releases(since)
     if not releases:
         newest = pypi.final_releases(MATRIX_FLOOR)
@@ -206,13 +201,16 @@ def to_json(table: dict[str, dict[str, patching.Result]]) -> dict[str, dict[str,
 
 
 def render_text(table: dict[str, dict[str, patching.Result]], names: Sequence[str]) -> str:
-    width = max([len("release"), *(len(v) for v in table)])
-    cols = [max(len(n), *(len(str(row[n].status)) for row in table.values())) for n in names] if table else []
-    lines = ["  ".join([f"{'release':<{width}}", *(f"{n:<{w}}" for n, w in zip(names, cols, strict=True))]).rstrip()]
-    for version, row in table.items():
-        cells = [f"{row[n].status!s:<{w}}" for n, w in zip(names, cols, strict=True)]
-        lines.append("  ".join([f"{version:<{width}}", *cells]).rstrip())
-    return "\n".join(lines)
+    from tabulate import tabulate  # here, not at the top: only this output needs it
+
+    rows = [[version, *(str(row[n].status) for n in names)] for version, row in table.items()]
+    return tabulate(rows, ["release", *names], tablefmt="plain", disable_numparse=True)
+
+
+def _cell(r: patching.Result) -> str:
+    if r.status is patching.Status.APPLIED and r.variant:
+        return f"{r.status!s} ({Path(r.variant).name})"
+    return f"{r.status!s}: {r.detail}" if r.status is patching.Status.CONFLICT else str(r.status)
 
 
 def render_markdown(table: dict[str, dict[str, patching.Result]], config: Config, names: Sequence[str]) -> str:
@@ -235,17 +233,7 @@ def render_markdown(table: dict[str, dict[str, patching.Result]], config: Config
         "| release | " + " | ".join(f"`{n}`" for n in names) + " |",
         "| --- | " + " | ".join("---" for _ in names) + " |",
     ]
-    for version, row in table.items():
-        cells = []
-        for n in names:
-            r = row[n]
-            cell = str(r.status)
-            if r.status is patching.Status.APPLIED and r.variant:
-                cell += f" ({Path(r.variant).name})"
-            elif r.status is patching.Status.CONFLICT:
-                cell += f": {r.detail}"
-            cells.append(cell)
-        out.append(f"| {version} | " + " | ".join(cells) + " |")
+    out += [f"| {version} | " + " | ".join(_cell(row[n]) for n in names) + " |" for version, row in table.items()]
     out += ["", "Patches:", ""]
     for n in names:
         patch = config.patches[n]
@@ -256,7 +244,7 @@ def render_markdown(table: dict[str, dict[str, patching.Result]], config: Config
 
 def run_matrix(args: argparse.Namespace) -> int:
     config = cfg.load(args.config)
-    names = [name for name, patch in config.patches.items() if patch.component == "sglang"]
+    names = [name for name, _ in _sglang(config)]
     table = matrix(config, args.since)
     if args.json:
         print(json.dumps(to_json(table), indent=2))

@@ -15,33 +15,13 @@ from packaging.utils import canonicalize_version
 from packaging.version import InvalidVersion, Version
 
 from sm120.image import patch_engine as engine
-from sm120.image.patch_engine import (  # the engine's data, for callers of this module
-    PatchFileError,
-    Result,
-    Status,
-    TreeError,
-    conflicts,
-    read_patch,
-    tree_version,
-)
+from sm120.image.patch_engine import PatchFileError as PatchFileError  # the engine's data, for this module's callers
+from sm120.image.patch_engine import Result as Result
+from sm120.image.patch_engine import Status as Status
+from sm120.image.patch_engine import TreeError, tree_version
 
 if TYPE_CHECKING:
     from sm120.plan.config import Patch
-
-__all__ = [
-    "PatchFileError",
-    "Result",
-    "Status",
-    "TreeError",
-    "apply",
-    "check",
-    "conflicts",
-    "read_patch",
-    "resolve",
-    "tree_version",
-    "upstream_has",
-    "verify_tree",
-]
 
 
 def resolve(patches: Sequence[tuple[str, Patch]], version: str) -> list[engine.Resolved]:

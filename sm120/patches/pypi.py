@@ -1,16 +1,12 @@
 """SGLang releases on PyPI: list them, download a release's wheel (cached), extract its source tree.
 
-Everything is cached under ~/.cache/sglang-sm120/pypi (SGLANG_SM120_CACHE moves the root):
+Cached under ~/.cache/sglang-sm120/pypi (SGLANG_SM120_CACHE moves the root): wheels/<wheel file> (checked against
+PyPI's sha256 on every use, never by size), meta/<version>.json (the file picked for a release and its sha256: a
+release works offline) and src/<version>/ (the wheel's .py files and dist-info, enough for `patches check`). A cached
+file that does not check out is fetched again once; if it still does not, the error names the file to delete.
 
-    pypi/wheels/<wheel file>         verified against PyPI's sha256 (hashed on every use, never size-compared)
-    pypi/meta/<version>.json         which file was picked for a release, its sha256 (lets a release be used offline)
-
-A cached file that does not check out (a metadata file that is not one, a wheel whose sha256 is not the
-recorded one) is fetched again once; if it still does not check out, the error names the file to delete.
-    pypi/src/<version>/              the wheel's .py files and dist-info (enough for `patches check`)
-
-Up to 0.5.9 SGLang shipped one pure-Python wheel; later releases ship compiled wheels per Python and platform,
-whose Python sources are the same for every tag: one x86_64 wheel (cp311 preferred) stands for the release.
+Up to 0.5.9 SGLang shipped one pure-Python wheel; later releases ship compiled wheels per Python and platform whose
+Python sources are the same: one x86_64 wheel (cp311 preferred) stands for the release.
 """
 
 from __future__ import annotations
@@ -33,12 +29,14 @@ from urllib.parse import urljoin
 
 import requests
 from packaging.version import InvalidVersion, Version
+from pydantic import TypeAdapter
 
 from sm120.errors import CheckFailed, UsageError
 
 PACKAGE = "sglang"
 INDEX = os.environ.get("SGLANG_SM120_PYPI", "https://pypi.org/pypi")
 TIMEOUT = (10, 120)
+_BYTES = {"unit": "B", "unit_scale": True, "unit_divisor": 1024}  # a download's progress bar
 
 
 def cache_home() -> Path:
@@ -114,11 +112,10 @@ def releases_of(project: str) -> dict[str, list[dict[str, Any]]]:
 def release_files(project: str, version: str) -> list[dict[str, Any]] | None:
     """The files of one release of `project` (matching 0.5.10.post1 == 0.5.10-post1), or None when PyPI has none."""
     releases = releases_of(project)
-    files = releases.get(version)
-    if files is None:
-        wanted = Version(version)
-        files = next((f for v, f in releases.items() if _same(v, wanted)), None)
-    return files
+    if version in releases:
+        return releases[version]
+    wanted = Version(version)
+    return next((f for v, f in releases.items() if _parsed(v) == wanted), None)
 
 
 def final_releases(minimum: str) -> list[str]:
@@ -126,42 +123,28 @@ def final_releases(minimum: str) -> list[str]:
     floor = Version(minimum)
     out = []
     for text, files in all_releases().items():
-        try:
-            version = Version(text)
-        except InvalidVersion:
-            continue
-        if version.is_prerelease or version.is_devrelease or version < floor:
-            continue
-        if not files or all(f.get("yanked") for f in files):
-            continue
-        out.append(text)
+        version = _parsed(text)
+        final = version is not None and not version.is_prerelease and not version.is_devrelease and version >= floor
+        if final and files and not all(f.get("yanked") for f in files):
+            out.append(text)
     return sorted(out, key=Version)
-
-
-def _pick(version: str, files: list[dict[str, Any]], project: str = PACKAGE) -> WheelFile:
-    wheels = [f for f in files if f["filename"].endswith(".whl") and not f.get("yanked")]
-
-    def rank(f: dict[str, Any]) -> tuple[int, str]:
-        name = f["filename"]
-        if name.endswith("-py3-none-any.whl"):
-            return (0, name)
-        if "-cp311-" in name and name.endswith("x86_64.whl"):
-            return (1, name)
-        if name.endswith("x86_64.whl"):
-            return (2, name)
-        return (3, name)
-
-    if not wheels:
-        raise CheckFailed(f"{project} {version} has no wheel on PyPI (only {', '.join(f['filename'] for f in files)})")
-    best = min(wheels, key=rank)
-    # PyPI answers absolute URLs; a mirror may answer ones relative to the JSON document.
-    url = urljoin(f"{INDEX}/{project}/json", best["url"])
-    return WheelFile(version, best["filename"], url, best["digests"]["sha256"], best["size"])
 
 
 def pick_wheel(project: str, version: str, files: list[dict[str, Any]]) -> WheelFile:
     """The wheel that stands for a release of any project: py3-none-any, else CPython 3.11 x86_64, else x86_64."""
-    return _pick(version, files, project)
+    wheels = [f for f in files if f["filename"].endswith(".whl") and not f.get("yanked")]
+    if not wheels:
+        raise CheckFailed(f"{project} {version} has no wheel on PyPI (only {', '.join(f['filename'] for f in files)})")
+
+    def rank(f: dict[str, Any]) -> tuple[bool, bool, bool, str]:
+        name = f["filename"]
+        x86 = name.endswith("x86_64.whl")
+        return (not name.endswith("-py3-none-any.whl"), not (x86 and "-cp311-" in name), not x86, name)
+
+    best = min(wheels, key=rank)
+    # PyPI answers absolute URLs; a mirror may answer ones relative to the JSON document.
+    url = urljoin(f"{INDEX}/{project}/json", best["url"])
+    return WheelFile(version, best["filename"], url, best["digests"]["sha256"], best["size"])
 
 
 def _meta_path(version: str) -> Path:
@@ -171,21 +154,12 @@ def _meta_path(version: str) -> Path:
 def _read_meta(meta: Path, version: str) -> WheelFile | None:
     """The cached record for a release, or None when it is missing or not a record of this release."""
     try:
-        data = json.loads(meta.read_text(encoding="utf-8"))
-        wheel = WheelFile(**data)
-    except (OSError, ValueError, TypeError, RecursionError):
+        wheel = TypeAdapter(WheelFile).validate_json(meta.read_bytes(), strict=True)
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
-    valid = (
-        isinstance(wheel.filename, str)
-        and wheel.filename.endswith(".whl")
-        and "/" not in wheel.filename
-        and isinstance(wheel.url, str)
-        and isinstance(wheel.sha256, str)
-        and re.fullmatch(r"[0-9a-f]{64}", wheel.sha256) is not None
-        and isinstance(wheel.size, int)
-        and wheel.version == version
-    )
-    return wheel if valid else None
+    name = wheel.filename
+    sound = name.endswith(".whl") and "/" not in name and re.fullmatch(r"[0-9a-f]{64}", wheel.sha256) is not None
+    return wheel if sound and wheel.version == version else None
 
 
 def wheel_for(version: str, *, refresh: bool = False) -> WheelFile:
@@ -197,24 +171,22 @@ def wheel_for(version: str, *, refresh: bool = False) -> WheelFile:
         if cached is not None:
             return cached
         meta.unlink(missing_ok=True)  # not a record of this release: fetched again below
-    releases = all_releases()
-    files = releases.get(version)
-    if files is None:  # PyPI spells versions as uploaded; match 0.5.10.post1 == 0.5.10-post1 too
-        wanted = Version(version)
-        files = next((f for v, f in releases.items() if _same(v, wanted)), None)
+    files = release_files(PACKAGE, version)
     if not files:
         raise UsageError(f"sglang {version} is not on PyPI (newest final release: {newest_or_unknown()})")
-    wheel = _pick(version, files)
+    wheel = pick_wheel(PACKAGE, version, files)
     meta.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(meta, json.dumps(wheel.__dict__, indent=2) + "\n")
+    tmp = meta.with_name(f"{meta.name}.{os.getpid()}.tmp")  # one per process: two may write the same record
+    tmp.write_text(json.dumps(wheel.__dict__, indent=2) + "\n")
+    tmp.replace(meta)
     return wheel
 
 
-def _same(text: str, wanted: Version) -> bool:
+def _parsed(text: str) -> Version | None:
     try:
-        return Version(text) == wanted
+        return Version(text)
     except InvalidVersion:
-        return False
+        return None
 
 
 def newest_or_unknown() -> str:
@@ -223,12 +195,6 @@ def newest_or_unknown() -> str:
     except CheckFailed:
         return "unknown"
     return releases[-1] if releases else "none"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per process: two may write the same record
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def _sha256(path: Path) -> str:
@@ -241,19 +207,17 @@ def _sha256(path: Path) -> str:
 
 def _fetch(wheel: WheelFile, partial: Path, progress: Callable[[str], None] | None) -> str:
     """Download the wheel to `partial`; return its sha256."""
+    from tqdm import tqdm
+
     if progress:
         progress(f"downloading {wheel.filename} ({wheel.size / 2**20:.1f} MiB)")
     try:
-        with requests.get(wheel.url, stream=True, timeout=TIMEOUT) as response:
+        with requests.get(wheel.url, stream=True, timeout=TIMEOUT) as response, open(partial, "wb") as handle:
             response.raise_for_status()
-            bar = _bar(wheel.size, wheel.filename)
-            with open(partial, "wb") as handle:
+            quiet = not sys.stderr.isatty()
+            with tqdm(total=wheel.size, desc=wheel.filename, disable=quiet, leave=False, **_BYTES) as bar:
                 for chunk in response.iter_content(1 << 20):
-                    handle.write(chunk)
-                    if bar is not None:
-                        bar.update(len(chunk))
-            if bar is not None:
-                bar.close()
+                    bar.update(handle.write(chunk))
     except requests.RequestException as exc:
         partial.unlink(missing_ok=True)
         raise CheckFailed(f"downloading {wheel.filename} failed: {type(exc).__name__}") from None
@@ -266,63 +230,42 @@ def locked(path: Path) -> Iterator[None]:
     two `build.py patches` runs) do not fetch or unpack the same release at once."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        yield
 
 
 def download(version: str, *, progress: Callable[[str], None] | None = None) -> Path:
-    """The release's wheel in the cache, downloaded and sha256-checked if not there yet or not sound.
-
-    A cached wheel is hashed (a size can match a corrupt file). A mismatch fetches the metadata and the wheel
-    again, once; a second mismatch is an error naming what to delete.
-    """
+    """The release's wheel in the cache, downloaded and sha256-checked if not there yet or not sound. A cached wheel
+    is hashed (a size can match a corrupt file); a mismatch fetches the record and the wheel again, once; a second
+    mismatch is an error naming what to delete."""
     with locked(cache_root() / "locks" / f"wheel-{version}"):
-        return _download(version, progress)
-
-
-def _download(version: str, progress: Callable[[str], None] | None) -> Path:
-    wheel = wheel_for(version)
-    target = cache_root() / "wheels" / wheel.filename
-    refreshed = False
-    if target.is_file():
-        if _sha256(target) == wheel.sha256:
-            return target
-        wheel, refreshed = wheel_for(version, refresh=True), True  # the record may be the stale half
+        wheel = wheel_for(version)
         target = cache_root() / "wheels" / wheel.filename
-        if target.is_file() and _sha256(target) == wheel.sha256:
-            return target
-    digest = ""
-    for _attempt in (1, 2):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".part")
-        digest = _fetch(wheel, partial, progress)
-        if digest == wheel.sha256:
-            partial.replace(target)
-            return target
-        partial.unlink(missing_ok=True)
-        if not refreshed:
-            wheel, refreshed = wheel_for(version, refresh=True), True
+        refreshed = False
+        if target.is_file():
+            if _sha256(target) == wheel.sha256:
+                return target
+            wheel, refreshed = wheel_for(version, refresh=True), True  # the record may be the stale half
             target = cache_root() / "wheels" / wheel.filename
-    target.unlink(missing_ok=True)
-    raise CheckFailed(
-        f"{wheel.filename}: sha256 {digest} does not match PyPI's {wheel.sha256}, also when fetched again; "
-        f"delete {_meta_path(version)} and {target} and retry (or check the index, {INDEX})"
-    )
-
-
-def _bar(total: int, desc: str) -> Any:
-    if not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False)
-
-
-def _is_source(name: str) -> bool:
-    return name.endswith(".py") or ".dist-info/" in name
+            if target.is_file() and _sha256(target) == wheel.sha256:
+                return target
+        digest = ""
+        for _attempt in (1, 2):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".part")
+            digest = _fetch(wheel, partial, progress)
+            if digest == wheel.sha256:
+                partial.replace(target)
+                return target
+            partial.unlink(missing_ok=True)
+            if not refreshed:
+                wheel, refreshed = wheel_for(version, refresh=True), True
+                target = cache_root() / "wheels" / wheel.filename
+        target.unlink(missing_ok=True)
+        raise CheckFailed(
+            f"{wheel.filename}: sha256 {digest} does not match PyPI's {wheel.sha256}, also when fetched again; "
+            f"delete {_meta_path(version)} and {target} and retry (or check the index, {INDEX})"
+        )
 
 
 def extract(wheel: Path, dest: Path, *, python_only: bool) -> Path:
@@ -330,14 +273,14 @@ def extract(wheel: Path, dest: Path, *, python_only: bool) -> Path:
     try:
         with zipfile.ZipFile(wheel) as archive:
             for info in archive.infolist():
-                if info.is_dir() or (python_only and not _is_source(info.filename)):
+                source = info.filename.endswith(".py") or ".dist-info/" in info.filename
+                if info.is_dir() or (python_only and not source):
                     continue
                 target = (dest / info.filename).resolve()
                 if dest.resolve() not in target.parents:
                     raise CheckFailed(f"{wheel.name}: member {info.filename!r} would land outside {dest}")
                 archive.extract(info, dest)
-                mode = (info.external_attr >> 16) & 0o777
-                if mode:
+                if mode := (info.external_attr >> 16) & 0o777:
                     os.chmod(target, mode)
     except zipfile.BadZipFile:
         raise CheckFailed(f"{wheel}: not a valid wheel (zip); delete it to download it again") from None
@@ -347,31 +290,21 @@ def extract(wheel: Path, dest: Path, *, python_only: bool) -> Path:
 def source_tree(version: str, *, progress: Callable[[str], None] | None = None) -> Path:
     """The release's Python sources (site-packages layout) in the cache, for checks. Extracted once, from the
     wheel the record names (a tree from another wheel, e.g. before the record was fetched again, is redone)."""
-    with locked(cache_root() / "locks" / f"src-{version}"):
-        return _source_tree(version, progress)
-
-
-def _source_tree(version: str, progress: Callable[[str], None] | None) -> Path:
     target = cache_root() / "src" / version
     marker = target / ".complete"
-    if marker.exists():
-        wheel = wheel_for(version)
+    with locked(cache_root() / "locks" / f"src-{version}"):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if marker.read_text(encoding="utf-8").strip() == wheel_for(version).filename:
+                return target
+        wheel = download(version, progress=progress)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=target.parent))
         try:
-            done = marker.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            done = ""
-        if done == wheel.filename:
-            return target
-    wheel = download(version, progress=progress)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=target.parent))
-    try:
-        extract(wheel, scratch, python_only=True)
-        (scratch / ".complete").write_text(wheel.name + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        scratch.rename(target)
-    finally:
-        if scratch.exists():
+            extract(wheel, scratch, python_only=True)
+            (scratch / ".complete").write_text(wheel.name + "\n")
+            if target.exists():
+                shutil.rmtree(target)
+            scratch.rename(target)
+        finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    return target
+        return target

@@ -12,11 +12,12 @@ import stat
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -46,6 +47,23 @@ _FINAL = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+)?")  # a final release, wha
 PORTS = INTEGERS["--port"]  # (lowest, highest): the image's entrypoint's bounds of a port, the one place they are
 
 _VERSION_RE = r"^\d+(\.\d+)*([a-z]+\d*)?$"
+
+
+def _version_range(versions: str) -> str:
+    try:
+        SpecifierSet(versions)
+    except InvalidSpecifier as exc:
+        raise ValueError(f"{versions!r} is not a version range like '>=0.5.9,<0.5.14'") from exc
+    return versions
+
+
+# The SGLang releases (or flash-attn versions) an entry holds for: a packaging SpecifierSet, e.g. ">=0.5.9,<0.5.14".
+VersionRange = Annotated[str, AfterValidator(_version_range)]
+
+
+def in_range(versions: str | None, version: str) -> bool:
+    """Whether `version` is in the range (None: every version; pre-releases count)."""
+    return versions is None or SpecifierSet(versions).contains(Version(version), prereleases=True)
 
 
 class Strict(BaseModel):
@@ -150,12 +168,22 @@ class Fixup(Strict):
     reason: str = Field(min_length=1)
 
 
+class Ranged(Strict):
+    """A rule of the tracks written once ([[runtime]], [[left_out]], [[not_shipped]]): every track whose SGLang
+    version is in `sglang` takes it (none: every track), in the order of build.toml."""
+
+    sglang: VersionRange | None = None
+
+    def holds_for(self, version: str) -> bool:
+        return in_range(self.sglang, version)
+
+
 # When a runtime rule applies (all listed conditions must hold): the conditions' names and meaning live with the
 # entrypoint that judges them (sm120/image/entrypoint/spec.py CONDITIONS).
 RuleCondition = Literal[tuple(CONDITIONS)]  # type: ignore[valid-type]
 
 
-class RuntimeRule(Strict):
+class RuntimeRule(Ranged):
     """What sm_120 needs from a track at run time, applied by the entrypoint (the user can override).
 
     `name` is how a user turns the rule off (SKIP_RUNTIME_RULES=name). `requires_patch` names a patch whose
@@ -187,12 +215,27 @@ class RuntimeRule(Strict):
     def conditions(self) -> list[str]:
         return list(self.when) if isinstance(self.when, list) else [self.when]
 
+    @property
+    def what(self) -> str:
+        return self.name
 
-class LeftOut(Strict):
-    """A flag the reference run used that this track does not honour on sm_120; logged, not passed."""
+    def clash(self, other: RuntimeRule) -> str | None:  # what both claim for one track, or None
+        return f"are named {self.name!r}" if other.name == self.name else None
+
+
+class LeftOut(Ranged):
+    """A flag the reference run used that the track does not honour on sm_120; logged, not passed."""
 
     args: list[str] = Field(min_length=1)
     reason: str = Field(min_length=1)
+
+    @property
+    def what(self) -> str:
+        return " ".join(self.args)
+
+    def clash(self, other: LeftOut) -> str | None:
+        both = [arg for arg in self.args if arg.startswith("--") and arg in other.args]
+        return f"leave out {both[0]!r}" if both else None
 
 
 class ModePresets(Strict):
@@ -240,9 +283,9 @@ class Probe(Strict):
         return self
 
 
-class NotShipped(Strict):
-    """Files of the venv that serving on sm_120 never loads, left out of the runtime image ([[tracks.*.not_shipped]]):
-    globs relative to site-packages, why they are never loaded, and where that was read."""
+class NotShipped(Ranged):
+    """Files of the venv that serving on sm_120 never loads, left out of the runtime image ([[not_shipped]]): globs
+    relative to site-packages, why they are never loaded, and where that was read."""
 
     paths: list[str] = Field(min_length=1)
     reason: str = Field(min_length=1)
@@ -259,20 +302,46 @@ class NotShipped(Strict):
                 raise ValueError(f"{path!r} is not a path below site-packages (relative, no '..', no spaces)")
         return paths
 
+    @property
+    def what(self) -> str:
+        return self.paths[0] + (" ..." if len(self.paths) > 1 else "")
+
+    def clash(self, other: NotShipped) -> str | None:
+        if None not in (self.torch_cuda, other.torch_cuda) and self.torch_cuda != other.torch_cuda:
+            return None
+        both = [path for path in self.paths if path in other.paths]
+        return f"leave out {both[0]!r}" if both else None
+
+
+# The keys of the ranged rules in build.toml (top-level arrays of tables), in the order `track add` lists them.
+RULES = ("runtime", "left_out", "not_shipped")
+
 
 class Track(Strict):
     flashinfer: str = Field(pattern=_VERSION_RE)
     flash_attn: str = Field(pattern=_VERSION_RE)
     cxx_std: Literal[17, 20]
-    patches: list[str] = []
     presets: dict[str, ModePresets] = {}  # by mode name: the draft tree of each draft mode
     torch: Torch
     sgl_kernel: SglKernel
     probe: Probe
-    runtime: list[RuntimeRule] = []
-    left_out: list[LeftOut] = []
     fixups: list[Fixup] = []
-    not_shipped: list[NotShipped] = []
+    # Resolved by `load`, never written in a track: every [patches.*] (its variants' ranges pick the file or skip
+    # it), and the ranged rules whose `sglang` holds for the track's version.
+    patches: list[str] = Field(default=[], exclude=True)
+    runtime: list[RuntimeRule] = Field(default=[], exclude=True)
+    left_out: list[LeftOut] = Field(default=[], exclude=True)
+    not_shipped: list[NotShipped] = Field(default=[], exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rules_are_written_once(cls, data: Any) -> Any:
+        key = next((key for key in ("patches", *RULES) if isinstance(data, dict) and key in data), None)
+        if key == "patches":
+            raise ValueError("patches is not a track key: every [patches.NAME] applies where a variant's range holds")
+        if key is not None:
+            raise ValueError(f"{key} is not a track key: write each entry once as [[{key}]] with sglang = a range")
+        return data
 
 
 class FlashAttnKernels(Strict):
@@ -345,20 +414,11 @@ class UpstreamCheck(Strict):
 
 
 class PatchVariant(Strict):
-    versions: str
+    versions: VersionRange
     file: str
 
-    @field_validator("versions")
-    @classmethod
-    def _specifier(cls, versions: str) -> str:
-        try:
-            SpecifierSet(versions)
-        except InvalidSpecifier as exc:
-            raise ValueError(f"{versions!r} is not a version range like '>=0.5.9,<0.5.10'") from exc
-        return versions
-
     def matches(self, version: str) -> bool:
-        return SpecifierSet(self.versions).contains(Version(version), prereleases=True)
+        return in_range(self.versions, version)
 
 
 class Patch(Strict):
@@ -388,24 +448,14 @@ class Sm120Trap(Strict):
     fix: str = Field(min_length=1)
     reason: str = Field(min_length=1)
     source: str = Field(min_length=1)
-    sglang: str | None = None  # the releases it holds for (a version range); None: every release
+    sglang: VersionRange | None = None  # the releases it holds for; None: every release
     quantization: list[str] = []  # only where SGLang's quantization is one of these; empty: any
     # Only where the EAGLE-3 draft model's attention (SGLang's ModelConfig.attention_arch: "MLA", "MHA") is one of
     # these; empty: any case.
     draft_attention: list[str] = []
 
-    @field_validator("sglang")
-    @classmethod
-    def _range(cls, sglang: str | None) -> str | None:
-        if sglang is not None:
-            try:
-                SpecifierSet(sglang)
-            except InvalidSpecifier as exc:
-                raise ValueError(f"{sglang!r} is not a version range like '<0.5.10'") from exc
-        return sglang
-
     def applies(self, version: str, quantization: str | None, draft_attention: str | None = None) -> bool:
-        if self.sglang is not None and not SpecifierSet(self.sglang).contains(Version(version), prereleases=True):
+        if not in_range(self.sglang, version):
             return False
         if self.draft_attention and draft_attention not in self.draft_attention:
             return False
@@ -436,6 +486,9 @@ class Config(Strict):
     local_bases: LocalBases
     builder: dict[str, BuilderNeeds] = {}  # by profile name
     sm120_traps: list[Sm120Trap] = []
+    runtime: list[RuntimeRule] = []
+    left_out: list[LeftOut] = []
+    not_shipped: list[NotShipped] = []
 
     # Set by `load`, not by the file.
     path: Path = Field(default=DEFAULT_CONFIG, exclude=True)
@@ -534,7 +587,7 @@ def _allowed_keys_for(loc: tuple[Any, ...]) -> list[str]:
         model = annotation
         i += 1
     if isinstance(model, type) and issubclass(model, BaseModel):
-        return [name for name in model.model_fields if name != "path"]
+        return [name for name, field in model.model_fields.items() if not field.exclude]
     return []
 
 
@@ -562,7 +615,7 @@ def load(path: Path | str | None = None, *, text: str | None = None) -> Config:
     except RecursionError:
         raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
     _check_references(config)
-    return config
+    return config.model_copy(update={"tracks": _resolve_tracks(config)})
 
 
 def read_regular_file(path: Path) -> str:
@@ -584,12 +637,6 @@ def _check_references(config: Config) -> None:
             Version(version)
         except InvalidVersion:
             raise UsageError(f'{name}: [tracks."{version}"]: the key must be an SGLang version like "0.5.9"') from None
-        for patch in track.patches:
-            if patch not in config.patches:
-                raise UsageError(
-                    f'{name}: tracks."{version}".patches names {patch!r}, which has no [patches.{patch}] '
-                    f"(patches: {', '.join(sorted(config.patches)) or 'none'}{suggest(patch, config.patches)})"
-                )
         unknown = sorted(set(track.sgl_kernel.install) - set(config.profiles))
         missing = sorted(set(config.profiles) - set(track.sgl_kernel.install))
         if unknown or missing:
@@ -598,19 +645,16 @@ def _check_references(config: Config) -> None:
                 f"({', '.join(sorted(config.profiles))}); "
                 + (f"unknown: {', '.join(unknown)}" if unknown else f"missing: {', '.join(missing)}")
             )
-        twice = sorted({p for p in track.patches if track.patches.count(p) > 1})
-        if twice:
-            raise UsageError(f'{name}: tracks."{version}".patches lists {twice[0]!r} twice (each patch once)')
         _check_presets(config, version, track)
-        for mode_name, mode in config.modes.items():  # presets the entrypoint would refuse at every start
-            check_mode_args(name, mode_name, mode.args, track.runtime, rules_key=f'tracks."{version}".runtime')
-        for i, rule in enumerate(track.runtime):
-            wanted = rule.requires_patch
-            if wanted is not None and wanted not in config.patches:
-                raise UsageError(
-                    f'{name}: tracks."{version}".runtime.{i}.requires_patch: unknown patch {wanted!r} '
-                    f"(patches: {', '.join(sorted(config.patches)) or 'none'}{suggest(wanted, config.patches)})"
-                )
+    for mode_name, mode in config.modes.items():  # presets the entrypoint would refuse at every start
+        check_mode_args(name, mode_name, mode.args, config.runtime)
+    for i, rule in enumerate(config.runtime):
+        wanted = rule.requires_patch
+        if wanted is not None and wanted not in config.patches:
+            raise UsageError(
+                f"{name}: runtime.{i}.requires_patch: unknown patch {wanted!r} "
+                f"(patches: {', '.join(sorted(config.patches)) or 'none'}{suggest(wanted, config.patches)})"
+            )
     root = config.root.resolve()
     for patch_name, patch in config.patches.items():
         for i, variant in enumerate(patch.variants):
@@ -621,6 +665,46 @@ def _check_references(config: Config) -> None:
             if not file.is_file():
                 raise UsageError(f"{key}: no such file")
     _check_defaults(config)
+
+
+def _resolve_tracks(config: Config) -> dict[str, Track]:
+    """Each track with every patch and the ranged rules that hold for its version, in build.toml's order. An entry
+    that holds for no track, two entries that claim one thing (a rule's name, a flag, a path) for one track, or two
+    variants of one patch for one track are errors."""
+    name = config.path.name
+    tracks = ", ".join(sorted(config.tracks, key=Version))
+    for key in RULES:
+        for i, entry in enumerate(getattr(config, key)):
+            if not any(entry.holds_for(version) for version in config.tracks):
+                raise UsageError(
+                    f"{name}: {key}.{i}.sglang = {entry.sglang!r} holds for no track (tracks: {tracks}): "
+                    "widen the range, or remove the entry"
+                )
+    resolved = {}
+    for version, track in config.tracks.items():
+        rules: dict[str, list[Any]] = {}
+        for key in RULES:
+            taken = [(i, e) for i, e in enumerate(getattr(config, key)) if e.holds_for(version)]
+            for n, (i, entry) in enumerate(taken):
+                clash = next(((j, c) for j, other in taken[:n] if (c := entry.clash(other))), None)
+                if clash is not None:
+                    held = f"sglang = {entry.sglang!r}" if entry.sglang else "no sglang: every release"
+                    what = "runtime rules" if key == "runtime" else f"{key} entries"
+                    raise UsageError(
+                        f"{name}: {key}.{i} ({held}): two {what} of track {version} {clash[1]} ({key}.{clash[0]} is "
+                        "the other): narrow their sglang ranges so that no track takes both"
+                    )
+            rules[key] = [entry for _, entry in taken]
+        for patch_name, patch in config.patches.items():
+            of = version if patch.component == "sglang" else track.flash_attn
+            both = [str(i) for i, variant in enumerate(patch.variants) if variant.matches(of)]
+            if len(both) > 1:
+                raise UsageError(
+                    f"{name}: patches.{patch_name}.variants.{' and .'.join(both)} hold for {patch.component} {of} "
+                    f"(track {version}): give each release one variant"
+                )
+        resolved[version] = track.model_copy(update={"patches": list(config.patches), **rules})
+    return resolved
 
 
 def _check_defaults(config: Config) -> None:

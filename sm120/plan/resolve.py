@@ -226,11 +226,7 @@ def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str
     or upstream already has the change.
     """
     runtime: list[RuntimeRuleSpec] = []
-    seen: set[str] = set()
-    for rule in track.runtime:
-        if rule.name in seen:
-            raise UsageError(f"{config.path.name}: two runtime rules of track {version} are named {rule.name!r}")
-        seen.add(rule.name)
+    for rule in track.runtime:  # one name per track: config checks it
         requires = None
         if rule.requires_patch:
             patch = config.patch(rule.requires_patch)

@@ -7,9 +7,10 @@ build.py track next                                   # the newest final release
 
 `add` reads every fact it can (sm120/track/facts.py: the pins of the release's wheel, torch's CUDA build and C++
 standard, the kernel wheel's CUDA and SASS archs, the patch statuses), each with its source in a comment, and
-copies every other key of --from (default: the newest track) for review. It refuses what it cannot establish (exit
-2, naming the fact) and writes build.toml in one step, only once the result loads and plans (--dry-run prints the
-stanza instead).
+copies every other key of --from (default: the newest track) for review. It copies no rule written once ([[runtime]],
+[[left_out]], [[not_shipped]]): it says which the new release takes by their range, and marks for review those that
+held for --from and not for it. It refuses what it cannot establish (exit 2, naming the fact) and writes build.toml
+in one step, only once the result loads and plans (--dry-run prints the stanza instead).
 
 `check` runs `patches check` for the track, then the T1 tests of tests/upstream selected for it (pytest
 --sglang-track VERSION): the patches on the release's source, the patched code's behaviour in the release's own
@@ -101,13 +102,15 @@ def run_add(args: argparse.Namespace) -> int:
     text = config.path.read_text(encoding="utf-8")
     raw = tomllib.loads(text)["tracks"][source]
     _say(f"track add {version}: reading the facts from PyPI (copying the rest from [tracks.{source!r}])")
-    derived = track_facts.derive(
-        config, version, track_facts.PyPISources(progress=_say), flash_attn=config.tracks[source].flash_attn
-    )
+    derived = track_facts.derive(config, version, track_facts.PyPISources(progress=_say))
     data, copied = track_stanza.track_data(derived, raw)
+    rules = track_stanza.ranged_rules(config, version, source)
+    derived.notes += rules
     stanza = track_stanza.render(version, data, derived, copied, source)
     new_text = track_stanza.insert(text, newest(config), stanza)
     check_and_write(config.path, new_text, version, data, write=not args.dry_run)
+    for line in rules:
+        _say(f"track add {version}: {line}")
     if args.dry_run:
         print(stanza, end="")
         return 0

@@ -13,8 +13,9 @@ established is a UsageError naming it (exit 2): nothing is guessed.
 | sgl_kernel.pypi_archs                      | cuobjdump --list-elf over the same libraries                       |
 | sgl_kernel.install                         | `pypi` for every profile when that wheel is a CUDA <cuda.version   |
 |                                            | major> build with sm_XYa for every cuda.archs                      |
-| patches                                    | the patch engine on the release's source (applied / already        |
-|                                            | upstream); flash-attn patches with a variant for flash_attn        |
+
+A track names no patches (every [patches.*] applies where a variant holds), but the patch engine runs on the
+release's source: a conflict is refused, and each patch's status is a note in the stanza.
 
 The kernel wheel's libraries are the ones verify holds to sm_120 (every shared library but those
 `elf.SGL_KERNEL_NOT_FOR_SM120` exempts by design, FA3 and FlashMLA: not read, which spares the largest members).
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
 DERIVED: tuple[tuple[str, ...], ...] = (
     ("flashinfer",),
     ("cxx_std",),
-    ("patches",),
     ("torch", "version"),
     ("torch", "pypi_cuda"),
     ("sgl_kernel", "package"),
@@ -371,43 +371,32 @@ def _kernel(config: Config, package: str, version: str, sources: Sources, out: D
     )
 
 
-def _patches(config: Config, version: str, flash_attn: str, sources: Sources, out: Derived) -> None:
+def _patches(config: Config, version: str, sources: Sources, out: Derived) -> None:
     sglang = [(name, patch) for name, patch in config.patches.items() if patch.component == "sglang"]
-    results = {r.patch: r for r in sources.patch_results(config, version, sglang)}
-    bad = [r for r in results.values() if r.status is patching.Status.CONFLICT]
+    results = sources.patch_results(config, version, sglang)
+    bad = [r for r in results if r.status is patching.Status.CONFLICT]
     if bad:
         raise UsageError(
             f"patches: sglang {version}: patch {bad[0].patch} conflicts ({bad[0].detail} [{bad[0].variant}]); "
             f"write a variant for this release (patches/sglang/{bad[0].patch}/) and run again"
         )
-    chosen, said = [], []
-    for name, patch in config.patches.items():
-        if patch.component == "sglang":
-            result = results[name]
-            if result.status in (patching.Status.APPLIED, patching.Status.ALREADY_UPSTREAM):
-                chosen.append(name)
-                said.append(f"{name} {result.status}" + (f" ({result.variant})" if result.variant else ""))
-            else:
-                said.append(f"{name} {result.status}: left out")
-                out.notes.append(
-                    f"patch {name} is {result.status} on sglang {version} (no variant, and upstream lacks its "
-                    "change): left out of the track; check that the release does not need it"
-                )
-        elif patch.variant_for(flash_attn) is not None:
-            chosen.append(name)
-            said.append(f"{name} for {patch.component} {flash_attn}")
-        else:
-            said.append(f"{name}: no variant for {patch.component} {flash_attn}, left out")
-    out.facts[("patches",)] = Fact(chosen, f"the patch engine on sglang {version}'s wheel: {'; '.join(said)}")
+    said = [f"{r.patch} {r.status}" + (f" ({r.variant})" if r.variant else "") for r in results]
+    out.notes.append(f"patches: the patch engine on sglang {version}'s wheel: {'; '.join(said)}")
+    for result in results:
+        if result.status not in (patching.Status.APPLIED, patching.Status.ALREADY_UPSTREAM):
+            out.notes.append(
+                f"patch {result.patch} is {result.status} on sglang {version} (no variant, and upstream lacks its "
+                "change): check that the release does not need it"
+            )
 
 
-def derive(config: Config, version: str, sources: Sources, *, flash_attn: str) -> Derived:
+def derive(config: Config, version: str, sources: Sources) -> Derived:
     """Every fact in DERIVED for sglang `version`, read through `sources`; UsageError naming what is not known."""
     out = Derived(facts={})
     torch, package, kernel_version = _sglang_pins(config, version, sources, out)
     _torch(config, torch, sources, out)
     _kernel(config, package, kernel_version, sources, out)
-    _patches(config, version, flash_attn, sources, out)
+    _patches(config, version, sources, out)
     assert set(out.facts) == set(DERIVED), sorted(set(DERIVED) ^ set(out.facts))
     return out
 

@@ -1,7 +1,9 @@
 """The [tracks."X"] stanza `build.py track add` writes into build.toml.
 
 The stanza is the derived facts (sm120/track/facts.py, each with its source in a comment) and every other key of
-the --from track, copied as it is and marked for review. It goes into build.toml as text, after the newest track's
+the --from track, copied as it is and marked for review; the rules written once ([[runtime]], [[left_out]],
+[[not_shipped]]) are not copied: a note names those whose range holds the new version, and marks for review those
+that held for the --from track and not for it. It goes into build.toml as text, after the newest track's
 block: the rest of the file (comments, layout) is left byte for byte. Before the file is replaced, the result must
 parse to the old file plus exactly this track, load (sm120.plan.config.load) and resolve a plan for every profile; it
 is written to a temporary file beside build.toml and moved over it in one step, so a refusal leaves no half
@@ -20,6 +22,7 @@ from typing import Any
 import tomlkit
 
 from sm120.errors import UsageError
+from sm120.plan.config import RULES, Config
 from sm120.track.facts import DERIVED, NOT_COPIED, Derived
 
 if sys.version_info >= (3, 11):
@@ -62,6 +65,26 @@ def track_data(derived: Derived, source: dict[str, Any]) -> tuple[dict[str, Any]
         return out
 
     return merge((), source), copied
+
+
+def ranged_rules(config: Config, version: str, source: str) -> list[str]:
+    """What the stanza's notes and the command say of the rules written once: those whose range holds `version`, and
+    those that held for the --from track `source` but not for `version` (for review)."""
+    takes, ends = [], []
+    for key in RULES:
+        for i, entry in enumerate(getattr(config, key)):
+            label = f"{key}.{i} {entry.what} ({entry.sglang or 'every release'})"
+            if entry.holds_for(version):
+                takes.append(label)
+            elif entry.holds_for(source):
+                ends.append(label)
+    said = [f"{version} takes these rules of build.toml by their sglang range: {', '.join(takes) or 'none'}"]
+    if ends:
+        said.append(
+            f"review: these held for {source}, not for {version}: {', '.join(ends)}; widen a range where the rule "
+            f"still holds, or write an entry for {version}"
+        )
+    return said
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,18 +1,18 @@
 """The Docker side of `verify`: inspect the image, start containers that are always removed, copy files out.
 
 Every container the suite starts carries the label `sglang-sm120.verify=<run id>`; `remove_run(run_id)` removes
-what is left of a run (the command calls it after pytest, whatever happened: a failure, Ctrl-C, a killed
-pytest), so nothing stays running. Containers run with no network: the checks need none.
+what is left of a run with its anonymous volumes (the command calls it after pytest, whatever happened: a failure,
+Ctrl-C, a killed pytest), so nothing stays running. Containers run with no network: the checks need none.
 """
 
 from __future__ import annotations
 
 import io
+import shutil
 import tarfile
-import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from docker.models.containers import Container
 
 import docker
 from sm120.build import docker_client
-from sm120.plan import labels
+from sm120.plan import image_plan, labels
 
 
 def run_label() -> str:
@@ -43,19 +43,15 @@ def client() -> docker.DockerClient:
 
 @dataclass(frozen=True)
 class ImageInfo:
-    tag: str
     id: str
     size: int  # bytes, as `docker images` counts them
     labels: dict[str, str]
     user: str
     entrypoint: list[str]
-    cmd: list[str]
     env: dict[str, str]
     healthcheck: list[str]  # Healthcheck.Test, e.g. ["CMD", "python3", "-c", "..."]; [] when none
     exposed_ports: list[str]
     volumes: list[str]
-    created: str = ""
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def python(self) -> str:
@@ -77,19 +73,15 @@ def inspect(engine: docker.DockerClient, tag: str) -> ImageInfo:
     config = attrs.get("Config") or {}
     env = dict(item.split("=", 1) for item in (config.get("Env") or []) if "=" in item)
     return ImageInfo(
-        tag=tag,
         id=image.id,
         size=int(attrs.get("Size") or 0),
         labels=dict(config.get("Labels") or {}),
         user=config.get("User") or "",
         entrypoint=list(config.get("Entrypoint") or []),
-        cmd=list(config.get("Cmd") or []),
         env=env,
         healthcheck=list((config.get("Healthcheck") or {}).get("Test") or []),
         exposed_ports=sorted((config.get("ExposedPorts") or {}).keys()),
         volumes=sorted((config.get("Volumes") or {}).keys()),
-        created=attrs.get("Created", ""),
-        raw=attrs,
     )
 
 
@@ -111,32 +103,18 @@ def start(
 ) -> Container:
     """A detached container of `image`, labelled with the run id, without network (`extra`: more
     `containers.run` arguments, e.g. device_requests)."""
-    kwargs: dict[str, Any] = dict(extra)
-    if entrypoint is not None:
-        kwargs["entrypoint"] = list(entrypoint)
-    if user is not None:
-        kwargs["user"] = user
     return engine.containers.run(
         image,
         command=list(command) if command is not None else None,
+        entrypoint=list(entrypoint) if entrypoint is not None else None,
+        user=user,
         detach=True,
         network_mode="none",
         labels={run_label(): run_id},
         environment=dict(environment or {}),
         name=f"sm120-verify-{run_id}-{name_hint}-{uuid.uuid4().hex[:4]}",
-        **kwargs,
+        **extra,
     )
-
-
-def remove(container: Container) -> None:
-    """Force-remove a container and its anonymous volumes (the image declares a VOLUME); gone already is fine."""
-    try:
-        container.remove(force=True, v=True)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as exc:
-        if exc.response is None or exc.response.status_code != 409:  # 409: removal already in progress
-            raise
 
 
 def run_containers(engine: docker.DockerClient, run_id: str | None = None) -> list[dict[str, Any]]:
@@ -146,50 +124,23 @@ def run_containers(engine: docker.DockerClient, run_id: str | None = None) -> li
 
 
 def remove_run(engine: docker.DockerClient, run_id: str, *, settle_s: float = 0.0, limit_s: float = 60.0) -> list[str]:
-    """Remove every container of a run; returns the names removed (empty when the suite cleaned up itself).
-
-    A create request that was in flight when a run was interrupted can finish after a first listing: after an
-    interruption, pass `settle_s` and the listing is repeated until it has been empty that long. It gives up after
-    `limit_s` (a removal the engine never finishes): the caller lists what is left."""
-    removed: list[str] = []
-    started = quiet_since = time.monotonic()
-    while True:
-        found = run_containers(engine, run_id)
-        for entry in found:
-            try:
-                engine.api.remove_container(entry["Id"], force=True, v=True)
-            except docker.errors.NotFound:
-                pass
-            except docker.errors.APIError as exc:
-                if exc.response is None or exc.response.status_code != 409:
-                    raise
-            removed.append((entry.get("Names") or [entry["Id"][:12]])[0].lstrip("/"))
-        now = time.monotonic()
-        if found:
-            quiet_since = now
-        if (not found and now - quiet_since >= settle_s) or now - started >= limit_s:
-            return sorted(set(removed))
-        time.sleep(0.25)
+    """Remove every container of a run with its anonymous volumes; returns the names removed (empty when the suite
+    cleaned up itself). After an interruption, pass `settle_s` (image_plan.remove_labelled says why)."""
+    return image_plan.remove_labelled(engine, f"{run_label()}={run_id}", settle_s=settle_s, limit_s=limit_s)
 
 
 def copy_out(container: Container, path: str, dest: Path) -> Path:
     """Copy one file out of a container (`docker cp`) into directory `dest`; returns the local path."""
     stream, _stat = container.get_archive(path)
-    buf = io.BytesIO()
-    for chunk in stream:
-        buf.write(chunk)
-    buf.seek(0)
     dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=buf) as tar:
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
         member = next((m for m in tar.getmembers() if m.isfile()), None)
-        if member is None:
+        source = tar.extractfile(member) if member is not None else None
+        if member is None or source is None:
             raise FileNotFoundError(f"{path}: not a regular file in the container")
-        source = tar.extractfile(member)
-        assert source is not None
         out = dest / Path(member.name).name
-        with open(out, "wb") as handle:
-            while chunk := source.read(1 << 20):
-                handle.write(chunk)
+        with source, open(out, "wb") as handle:
+            shutil.copyfileobj(source, handle, 1 << 20)
     return out
 
 

@@ -6,6 +6,7 @@ or CUOBJDUMP / a CUDA toolkit's cuobjdump on PATH), run on the host on files cop
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import re
@@ -33,38 +34,33 @@ class CuobjdumpMissing(RuntimeError):
 
 def cuobjdump() -> str:
     """The cuobjdump to use: $CUOBJDUMP, the pinned wheel's, or one on PATH."""
-    explicit = os.environ.get("CUOBJDUMP")
-    if explicit:
+    if explicit := os.environ.get("CUOBJDUMP"):
         return explicit
-    try:
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
         dist = importlib.metadata.distribution("nvidia-cuda-cuobjdump")
-    except importlib.metadata.PackageNotFoundError:
-        dist = None
-    if dist is not None:
         for f in dist.files or []:
-            if f.name == "cuobjdump":
-                path = Path(str(dist.locate_file(f)))
-                if path.is_file():
-                    if not os.access(path, os.X_OK):
-                        path.chmod(path.stat().st_mode | 0o111)
-                    return str(path)
-    found = shutil.which("cuobjdump")
-    if found:
+            path = Path(str(dist.locate_file(f)))
+            if f.name == "cuobjdump" and path.is_file():
+                if not os.access(path, os.X_OK):
+                    path.chmod(path.stat().st_mode | 0o111)
+                return str(path)
+    if found := shutil.which("cuobjdump"):
         return found
     raise CuobjdumpMissing(
         "no cuobjdump: install requirements.txt (nvidia-cuda-cuobjdump), set CUOBJDUMP, or put a CUDA toolkit on PATH"
     )
 
 
+def _run(tool: str | None, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    command = [tool or cuobjdump(), *args]
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=300, cwd=cwd)
+
+
 def parse_list_elf(text: str, pattern: re.Pattern[str] = _CUBIN) -> list[str]:
-    """The SASS archs in `cuobjdump --list-elf` output, sorted by number (sm_80 < sm_90 < sm_90a < sm_120a)."""
+    """The SASS archs (or with _PTX, the PTX's virtual archs) in `cuobjdump --list-elf --list-ptx` output, sorted by
+    number (sm_80 < sm_90 < sm_90a < sm_120a)."""
     archs = {m.group(1) for line in text.splitlines() if (m := pattern.search(line.strip()))}
     return sorted(archs, key=arch_key)
-
-
-def parse_list_ptx(text: str) -> list[str]:
-    """The virtual archs of the PTX in `cuobjdump --list-ptx` output (the driver can JIT these for newer GPUs)."""
-    return parse_list_elf(text, _PTX)
 
 
 def arch_key(arch: str) -> tuple[int, str]:
@@ -80,30 +76,18 @@ class Sass:
 
 
 def sass_archs(path: Path, tool: str | None = None) -> Sass:
-    proc = subprocess.run(
-        [tool or cuobjdump(), "--list-elf", "--list-ptx", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    proc = _run(tool, "--list-elf", "--list-ptx", str(path))
     text = proc.stdout + proc.stderr
     if "does not contain device code" in text:
         return Sass([], False)
     if proc.returncode != 0:
         raise RuntimeError(f"cuobjdump --list-elf {path.name} exited {proc.returncode}: {text.strip()[-300:]}")
-    return Sass(parse_list_elf(proc.stdout), True, parse_list_ptx(proc.stdout))
+    return Sass(parse_list_elf(proc.stdout), True, parse_list_elf(proc.stdout, _PTX))
 
 
 def kernel_functions(path: Path, tool: str | None = None) -> list[str]:
     """The (mangled) names of the GPU functions in a library (`cuobjdump --dump-resource-usage`)."""
-    proc = subprocess.run(
-        [tool or cuobjdump(), "--dump-resource-usage", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    proc = _run(tool, "--dump-resource-usage", str(path))
     if proc.returncode != 0 and "does not contain device code" not in proc.stdout + proc.stderr:
         raise RuntimeError(f"cuobjdump --dump-resource-usage {path.name} exited {proc.returncode}")
     return sorted({m.group(1) for m in re.finditer(r"^\s*Function (\S+?):", proc.stdout, re.MULTILINE)})
@@ -205,9 +189,7 @@ class Resolution:
 def _package_root(path: str, site: str) -> str | None:
     """The top-level directory under site-packages a file belongs to (`scipy.libs`, `torchaudio`), else None."""
     prefix = site.rstrip("/") + "/"
-    if not path.startswith(prefix):
-        return None
-    return path[len(prefix) :].split("/", 1)[0]
+    return path[len(prefix) :].split("/", 1)[0] if path.startswith(prefix) else None
 
 
 def classify(unresolved_by_file: dict[str, list[str]], elf_files: Iterable[str], site: str) -> Resolution:
@@ -223,30 +205,20 @@ def classify(unresolved_by_file: dict[str, list[str]], elf_files: Iterable[str],
     for path, names in unresolved_by_file.items():
         root = _package_root(path, site)
         for name in names:
+            why = [w for f, so, w in OPTIONAL_DEPENDENCIES if re.fullmatch(f, path) and re.fullmatch(so, name)]
             if DRIVER_LIBRARY.match(name):
                 result.driver.add(name)
             elif root is not None and name in by_package.get(root, set()):
                 result.in_package.setdefault(path, []).append(name)
+            elif why:
+                result.optional.setdefault(why[0], {}).setdefault(path, []).append(name)
             else:
-                reason = next(
-                    (
-                        why
-                        for file_re, so_re, why in OPTIONAL_DEPENDENCIES
-                        if re.fullmatch(file_re, path) and re.fullmatch(so_re, name)
-                    ),
-                    None,
-                )
-                if reason is not None:
-                    result.optional.setdefault(reason, {}).setdefault(path, []).append(name)
-                else:
-                    result.broken.setdefault(path, []).append(name)
+                result.broken.setdefault(path, []).append(name)
     return result
 
 
-# ---------------------------------------------------------------------------------------------------
 # A prebuilt kernel wheel's facts (`build.py track add`): the CUDA libraries it links, the toolkit its cubins
 # were compiled with, which libraries verify holds to sm_120.
-# ---------------------------------------------------------------------------------------------------
 
 # Libraries of the sgl-kernel wheel that hold no sm_120 SASS by design, with the reason (pattern on the library's
 # path in site-packages, as `library_name` gives it). verify applies them only when a library indeed lacks it: a
@@ -306,9 +278,7 @@ def toolkit_notes(path: Path, scratch: Path, tool: str | None = None) -> list[st
     from elftools.elf.elffile import ELFFile
 
     tool = tool or cuobjdump()
-    listing = subprocess.run(
-        [tool, "--list-elf", str(path)], capture_output=True, text=True, check=False, timeout=300
-    ).stdout
+    listing = _run(tool, "--list-elf", str(path)).stdout
     first: dict[str, str] = {}
     for line in listing.splitlines():
         m = _CUBIN.search(line.strip())
@@ -317,9 +287,7 @@ def toolkit_notes(path: Path, scratch: Path, tool: str | None = None) -> list[st
     notes: set[str] = set()
     for cubin in first.values():
         scratch.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [tool, "-xelf", cubin, str(path)], cwd=scratch, capture_output=True, text=True, check=False, timeout=300
-        )
+        proc = _run(tool, "-xelf", cubin, str(path), cwd=scratch)
         out = scratch / cubin
         if proc.returncode != 0 or not out.is_file():
             raise RuntimeError(f"cuobjdump -xelf {cubin} {path.name} exited {proc.returncode}: {proc.stderr[-300:]}")

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tabulate import tabulate
+
 # The decision table: (row, setting). `draft attention` is the draft's own setting, else what it inherits.
 DECISION_ROWS: tuple[tuple[str, str], ...] = (
     ("quantization", "quantization"),
@@ -71,16 +73,11 @@ class Report:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
 
-    def kernel(self, library: str) -> dict[str, Any] | None:
-        return next((k for k in self.kernels if k["library"] == library), None)
-
 
 def human_size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
-        size /= 1024
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
     return f"{n} B"
 
 
@@ -91,8 +88,8 @@ def arch_line(kernel: dict[str, Any]) -> str:
     return f"{kernel['library']}: {archs}" + (f" (PTX {', '.join(ptx)})" if ptx else "")
 
 
-def report_archs(kernel: dict[str, Any]) -> str:
-    return arch_line(kernel).split(": ", 1)[1]
+def _plain(rows: list[list[str]], headers: list[str]) -> list[str]:
+    return tabulate(rows, headers, tablefmt="plain", disable_numparse=True).splitlines()
 
 
 def table(report: Report) -> str:
@@ -103,16 +100,11 @@ def table(report: Report) -> str:
         f"python     {report.python or '?'}",
         "",
     ]
-    width = max(len(p) for p in PACKAGES) + 2
-    rows.append(f"{'package':<{width}}{'label':<12}found in the image")
-    for name in PACKAGES:
-        rows.append(f"{name:<{width}}{report.expected.get(name, '?'):<12}{report.found.get(name, '?')}")
+    packages = [[name, report.expected.get(name, "?"), report.found.get(name, "?")] for name in PACKAGES]
+    rows += _plain(packages, ["package", "label", "found in the image"])
     if report.kernels:
-        rows.append("")
-        width = max(len(k["library"]) for k in report.kernels) + 2
-        rows.append(f"{'kernel library':<{width}}SASS archs")
-        for k in report.kernels:
-            rows.append(f"{k['library']:<{width}}{report_archs(k)}")
+        kernels = [arch_line(k).split(": ", 1) for k in report.kernels]
+        rows += ["", *_plain(kernels, ["kernel library", "SASS archs"])]
     else:
         rows += ["", "kernel library SASS archs: ? (the kernel checks did not run)"]
     if report.startup:
@@ -120,38 +112,28 @@ def table(report: Report) -> str:
     return "\n".join(rows)
 
 
+def _shown(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def decision_table(startup: dict[str, Any]) -> list[str]:
     """SGLang's start-up decisions on the sm_120 persona: one column per model and mode, one row per decision."""
     decided: dict[str, dict[str, Any]] = startup.get("decisions") or {}
     refused: dict[str, str] = startup.get("refused") or {}
     cases = sorted({*decided, *refused}, key=lambda c: (c.split("/")[0], c.split("/")[-1] != "baseline"))
-    rows = [
-        f"start-up on the sm_120 persona: {startup.get('persona', '?')}, cuDNN {startup.get('cudnn', '?')}",
-    ]
+    rows = [f"start-up on the sm_120 persona: {startup.get('persona', '?')}, cuDNN {startup.get('cudnn', '?')}"]
     if not cases:
         return [*rows, "  ? (the start-up check did not run)"]
-
-    def shown(value: Any) -> str:
-        if value is None:
-            return "-"
-        if isinstance(value, float):
-            return f"{value:.4g}"
-        return str(value).lower() if isinstance(value, bool) else str(value)
-
-    label_w = max(len(label) for label, _ in DECISION_ROWS) + 2
-    heads = {c: c + (" (refused)" if c in refused else "") for c in cases}
-    col_w = {c: max(len(heads[c]), 12) + 2 for c in cases}
-    for case in cases:
-        for _, key in DECISION_ROWS:
-            col_w[case] = max(col_w[case], len(shown(decided.get(case, {}).get(key))) + 2)
-    rows.append((f"{'decision':<{label_w}}" + "".join(f"{heads[c]:<{col_w[c]}}" for c in cases)).rstrip())
+    body = []
     for label, key in DECISION_ROWS:
-        cells = []
-        for case in cases:
-            cells.append(shown(decided[case].get(key)) if case in decided else "refused")
+        cells = [_shown(decided[case].get(key)) if case in decided else "refused" for case in cases]
         if any(cell not in ("-", "refused") for cell in cells):
-            line = "".join(f"{cell:<{col_w[c]}}" for cell, c in zip(cells, cases, strict=True))
-            rows.append(f"{label:<{label_w}}{line}".rstrip())
+            body.append([label, *cells])
+    rows += _plain(body, ["decision", *(c + (" (refused)" if c in refused else "") for c in cases)])
     for case, why in sorted(refused.items()):
         rows += [f"{case}: SGLang refused to start: {part[:300]}" for part in why.split(" || ")]
     return rows
@@ -162,11 +144,6 @@ class Outcome:
     tests: int
     failed: list[str]  # short names of failed or errored checks
     skipped: int
-
-
-def _short(classname: str, name: str) -> str:
-    module = classname.rsplit(".", 1)[-1] if classname else "?"
-    return f"{module}::{name}"
 
 
 def junit_outcome(path: Path) -> Outcome | None:
@@ -180,7 +157,7 @@ def junit_outcome(path: Path) -> Outcome | None:
         tests += 1
         tags = {child.tag for child in case}
         if tags & {"failure", "error"}:
-            name = _short(case.get("classname", ""), case.get("name", "?"))
+            name = f"{case.get('classname', '').rsplit('.', 1)[-1] or '?'}::{case.get('name', '?')}"
             if name not in failed:
                 failed.append(name)
         elif "skipped" in tags:

@@ -1,14 +1,11 @@
 """Run the image suite (sm120/verify/suite/) against one image, print what it found, and leave nothing running.
 
-pytest runs in a child process with SM120_IMAGE=TAG; the containers it starts carry this run's label and are
-removed by the suite's own fixtures, and again here afterwards, whatever happened (a failed check, Ctrl-C,
-SIGTERM from a CI runner, a crashed pytest).
-
-Signals: SIGINT (Ctrl-C) and SIGTERM stop a run within seconds in every phase. Both are handled here explicitly
-(SIGINT too: a verify started where it is ignored, in the background of a script, still stops on it), as
-KeyboardInterrupt (exit 130) and Terminated (exit 143). pytest runs in a process group of its own, which is passed
-the signal once as SIGINT (it tears its fixtures down) and killed after GRACE_S; then the run's containers are
-removed by their label. Removing them is never cut short by another signal (a third one leaves at once).
+pytest runs with SM120_IMAGE=TAG in a process group of its own; the containers it starts carry this run's label and
+are removed by its fixtures, and again here afterwards whatever happened (a failed check, Ctrl-C, SIGTERM, a crash).
+SIGINT and SIGTERM are handled here explicitly (SIGINT too: a verify started in the background of a script, where it
+is ignored, still stops on it) as KeyboardInterrupt (exit 130) and Terminated (143); pytest's group gets SIGINT once
+(it tears its fixtures down) and is killed after GRACE_S. Removing the containers is never cut short by another
+signal (a third one leaves at once).
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from sm120.errors import CheckFailed, UsageError
+from sm120.errors import CheckFailed, Terminated, UsageError
 from sm120.plan import image_plan, labels
 from sm120.verify import docker_env, report
 
@@ -33,13 +30,6 @@ SUITE = Path(__file__).resolve().parent / "suite"  # the checks, shipped with bu
 GRACE_S = 10.0  # how long pytest may take to tear its containers down after Ctrl-C before it is killed
 SETTLE_S = 3.0  # after an interruption: how long no container of the run may appear before cleanup ends
 HELD_SIGNALS = 3  # while a held step runs (containers being removed), the signal that leaves at once
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a CI runner cancelling the job): handled as Ctrl-C is, exit 143."""
-
-    exit_code = 143
-    what = "terminated (SIGTERM)"
 
 
 def _interruption(signum: int) -> KeyboardInterrupt:
@@ -138,35 +128,27 @@ def run(
 ) -> int:
     out = out or sys.stdout
     with stop_on_signals():
-        return _run(tag, junit, select, verbose, out, extra_env)
-
-
-def _run(
-    tag: str, junit: Path | None, select: str | None, verbose: bool, out: TextIO, extra_env: dict[str, str] | None
-) -> int:
-    engine, _info = preflight(tag)
-    run_id = docker_env.new_run_id()
-    with tempfile.TemporaryDirectory(prefix="sm120-verify-") as scratch:
-        junit_path = (junit or Path(scratch) / "junit.xml").resolve()
-        junit_path.parent.mkdir(parents=True, exist_ok=True)
-        report_path = Path(scratch) / "report.json"
-        env = {
-            **os.environ,
-            **(extra_env or {}),
-            "SM120_IMAGE": tag,
-            "SM120_VERIFY_RUN": run_id,
-            "SM120_VERIFY_REPORT": str(report_path),
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        interrupted = True
-        try:
-            status = _run_pytest(_pytest_command(junit_path, select, verbose), env)
-            interrupted = status == 2
-        finally:
-            _remove_run(engine, run_id, interrupted, out)
-        found = report.Report.load(report_path)
-        outcome = report.junit_outcome(junit_path)
-    return _conclude(status, found, outcome, out)
+        engine, _info = preflight(tag)
+        run_id = docker_env.new_run_id()
+        with tempfile.TemporaryDirectory(prefix="sm120-verify-") as scratch:
+            junit_path = (junit or Path(scratch) / "junit.xml").resolve()
+            junit_path.parent.mkdir(parents=True, exist_ok=True)
+            report_path = Path(scratch) / "report.json"
+            env = {
+                **os.environ,
+                **(extra_env or {}),
+                "SM120_IMAGE": tag,
+                "SM120_VERIFY_RUN": run_id,
+                "SM120_VERIFY_REPORT": str(report_path),
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+            interrupted = True
+            try:
+                status = _run_pytest(_pytest_command(junit_path, select, verbose), env)
+                interrupted = status == 2
+            finally:
+                _remove_run(engine, run_id, interrupted, out)
+            return _conclude(status, report.Report.load(report_path), report.junit_outcome(junit_path), out)
 
 
 def _remove_run(engine: Any, run_id: str, interrupted: bool, out: TextIO) -> None:
@@ -182,19 +164,17 @@ def _remove_run(engine: Any, run_id: str, interrupted: bool, out: TextIO) -> Non
 
 def _run_pytest(cmd: Sequence[str], env: dict[str, str] | None) -> int:
     """pytest, until it ends, in a process group of its own: Ctrl-C (which reaches the terminal's foreground group,
-    this process) and SIGTERM (a CI runner cancelling: this process only) are passed on once, as SIGINT, to its
-    whole group (pytest and the docker CLIs it runs), so it tears its fixtures down; what is left of the group
-    after GRACE_S is killed (at once on another Ctrl-C). The caller removes the run's containers by label."""
+    this process) and SIGTERM (this process only) are passed on once, as SIGINT, to its whole group (pytest and the
+    docker CLIs it runs); what is left of the group after GRACE_S is killed (at once on another Ctrl-C)."""
     proc = None
-    with stop_on_signals():
-        try:
-            with SIGNALS.held():  # a signal while it starts is raised once `proc` is known
-                proc = subprocess.Popen(list(cmd), cwd=ROOT, env=env, start_new_session=True)
-            return proc.wait()
-        except KeyboardInterrupt:
-            if proc is not None:
-                _stop(proc)
-            raise
+    try:
+        with SIGNALS.held():  # a signal while it starts is raised once `proc` is known
+            proc = subprocess.Popen(list(cmd), cwd=ROOT, env=env, start_new_session=True)
+        return proc.wait()
+    except KeyboardInterrupt:
+        if proc is not None:
+            _stop(proc)
+        raise
 
 
 def _signal_group(pgid: int, signum: int) -> None:

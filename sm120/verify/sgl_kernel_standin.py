@@ -1,21 +1,11 @@
 """Stand-ins for compiled modules that cannot load without a GPU, for checks that only read Python code.
 
-`sgl_kernel` (the PyPI builds of `sgl-kernel` / `sglang-kernel`) links CUDA libraries and needs a driver, so
-`import sglang.srt.models.kimi_k25` fails on a CPU runner before any Python of interest runs. The code the T1
-tests exercise (EAGLE-3 delegation, the symmetric-memory size tables) never calls a kernel, so a stand-in that
-hands out mock modules is enough to import it. Used by the T1 tests and by verify's suite (in the
-image, where there is no GPU either); never for serving: any call into a stand-in kernel returns a `MagicMock`,
-not a result.
-
-This file is standard-library only and is loaded by path into the upstream venv's interpreter (it is not
-imported as part of a package there):
-
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("sm120_upstream_stubs", PATH)
-    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-    mod.install()                       # before the first `import sglang...`
-
-`sm120.verify.behaviour.SNIPPET_PRELUDE` does this.
+`sgl_kernel` links CUDA libraries and needs a driver, so `import sglang.srt.models.kimi_k25` fails on a CPU runner
+before any Python of interest runs. The code the T1 tests and verify's suite exercise (EAGLE-3 delegation, the
+symmetric-memory size tables) never calls a kernel, so mock modules are enough to import it; never for serving (a
+call into a stand-in kernel returns a `MagicMock`). Standard library only: loaded by path into another interpreter
+before the first `import sglang` (`sm120.verify.behaviour.SNIPPET_PRELUDE` does it: spec_from_file_location, then
+`install()`).
 """
 
 from __future__ import annotations

@@ -41,9 +41,7 @@ START_UP_MODULES = (
 )
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Model directories (config.json only: the fields SGLang's model config reads; no weights)
-# ---------------------------------------------------------------------------------------------------------------
 
 _DEEPSEEK_V3_TEXT: dict[str, Any] = {
     "architectures": ["DeepseekV3ForCausalLM"],
@@ -174,77 +172,38 @@ def kimi_k25_nvfp4() -> dict[str, dict[str, Any]]:
     return {"config.json": config, "hf_quant_config.json": hf_quant}
 
 
-def eagle3_drafter(target_text: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """A one-layer Llama EAGLE-3 drafter for a target (SpecForge's layout): the target's hidden size and vocab."""
-    layers = int(target_text["num_hidden_layers"])
-    config = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "hidden_size": target_text["hidden_size"],
-        "intermediate_size": 18432,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "num_hidden_layers": 1,
-        "vocab_size": target_text["vocab_size"],
-        "draft_vocab_size": 32000,
-        "max_position_embeddings": target_text["max_position_embeddings"],
-        "rms_norm_eps": 1e-05,
-        "rope_theta": target_text["rope_theta"],
-        "hidden_act": "silu",
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        "eagle_config": {
-            "eagle_aux_hidden_state_layer_ids": [1, layers // 2 - 1, layers - 4],
-            "use_aux_hidden_state": True,
-        },
-    }
+def _drafter(target: Mapping[str, Any], architecture: str, model_type: str, **fields: Any) -> dict[str, dict[str, Any]]:
+    """A one-layer EAGLE-3 drafter's config.json: `fields`, then what every drafter here shares."""
+    layers = int(target["num_hidden_layers"])
+    aux = {"eagle_aux_hidden_state_layer_ids": [1, layers // 2 - 1, layers - 4], "use_aux_hidden_state": True}
+    config = {"architectures": [architecture], "model_type": model_type, **fields, "eagle_config": aux}
+    config.update(intermediate_size=18432, hidden_act="silu", num_hidden_layers=1, draft_vocab_size=32000)
+    config.update(tie_word_embeddings=False, torch_dtype="bfloat16")
     return {"config.json": config}
+
+
+def eagle3_drafter(target_text: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A Llama EAGLE-3 drafter for a target (SpecForge's layout): the target's hidden size and vocab."""
+    fields = {k: target_text[k] for k in ("hidden_size", "vocab_size", "max_position_embeddings", "rope_theta")}
+    fields.update(num_attention_heads=64, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-05)
+    return _drafter(target_text, "LlamaForCausalLMEagle3", "llama", **fields)
 
 
 def eagle3_mla_drafter(target_text: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """A one-layer MLA EAGLE-3 drafter (Eagle3DeepseekV2ForCausalLM, SGLang >= 0.5.12; e.g. lightseekorg's
-    kimi-k2.5-eagle3-mla): the fields srt/models/kimi_k25_eagle3.py and SGLang's model config read for it (MLA:
-    kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim), the target's attention shape, hidden
-    size and vocab. Written from SGLang's reader, not copied from a published checkpoint (none is reachable here)."""
-    layers = int(target_text["num_hidden_layers"])
-    keys = (
-        "hidden_size",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "kv_lora_rank",
-        "q_lora_rank",
-        "qk_nope_head_dim",
-        "qk_rope_head_dim",
-        "v_head_dim",
-        "max_position_embeddings",
-        "rope_theta",
-        "rope_scaling",
-        "rms_norm_eps",
-        "vocab_size",
-    )
-    config = {key: target_text[key] for key in keys}
-    config.update(
-        architectures=["Eagle3DeepseekV2ForCausalLM"],
-        model_type="deepseek_v3",
-        intermediate_size=18432,
-        hidden_act="silu",
-        num_hidden_layers=1,
-        draft_vocab_size=32000,
-        tie_word_embeddings=False,
-        torch_dtype="bfloat16",
-        eagle_config={
-            "eagle_aux_hidden_state_layer_ids": [1, layers // 2 - 1, layers - 4],
-            "use_aux_hidden_state": True,
-        },
-    )
-    return {"config.json": config}
+    """An MLA EAGLE-3 drafter (Eagle3DeepseekV2ForCausalLM, SGLang >= 0.5.12; e.g. lightseekorg's
+    kimi-k2.5-eagle3-mla): the fields srt/models/kimi_k25_eagle3.py and SGLang's model config read for it, the target's
+    attention shape, hidden size and vocab. Written from SGLang's reader, not copied from a published checkpoint (none
+    is reachable here)."""
+    mla = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    shape = ("hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size", "rms_norm_eps")
+    rope = ("max_position_embeddings", "rope_theta", "rope_scaling")
+    fields = {key: target_text[key] for key in (*mla, *shape, *rope)}
+    return _drafter(target_text, "Eagle3DeepseekV2ForCausalLM", "deepseek_v3", **fields)
 
 
 @dataclass(frozen=True)
 class Family:
     key: str
-    title: str
     target: dict[str, dict[str, Any]]
     drafter: Callable[[Mapping[str, Any]], dict[str, dict[str, Any]]] = eagle3_drafter
     draft_only: bool = False  # only the draft modes (its baseline is another family's: the same target)
@@ -264,11 +223,11 @@ class Family:
 
 
 FAMILIES = (
-    Family("kimi-k25-nvfp4", "Kimi-K2.5 NVFP4", kimi_k25_nvfp4()),
-    Family("deepseek-v3", "DeepSeek-V3", deepseek_v3()),
+    Family("kimi-k25-nvfp4", kimi_k25_nvfp4()),
+    Family("deepseek-v3", deepseek_v3()),
     # Upstream's Kimi-K2.5 recipe drafts with an MLA drafter (sgl-project/sglang PR #27714); the published
     # sm_120 EAGLE-3 gains (Kimi-K2.6, 8x RTX PRO 6000) use that kind. Tracks whose SGLang lacks the class refuse it.
-    Family("kimi-k25-nvfp4-mla", "Kimi-K2.5 NVFP4, MLA drafter", kimi_k25_nvfp4(), eagle3_mla_drafter, True),
+    Family("kimi-k25-nvfp4-mla", kimi_k25_nvfp4(), eagle3_mla_drafter, True),
 )
 
 
@@ -292,9 +251,7 @@ def model_files(root: str) -> dict[str, str]:
     return files
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # The entrypoint's command and SGLang's decisions
-# ---------------------------------------------------------------------------------------------------------------
 
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -306,11 +263,7 @@ def split_command(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     while rest and _ENV.match(rest[0]):
         key, value = rest.pop(0).split("=", 1)
         env[key] = value
-    if (
-        len(rest) < 3
-        or rest[1:3] != ["-m", "sglang.launch_server"]
-        or not rest[0].rpartition("/")[2].startswith("python")
-    ):
+    if rest[1:3] != ["-m", "sglang.launch_server"] or not rest[0].rpartition("/")[2].startswith("python"):
         raise ValueError(f"not an SGLang launch command: {' '.join(argv)[:200]}")
     return env, rest[3:]
 
@@ -350,24 +303,21 @@ def decisions(case: Mapping[str, Any]) -> dict[str, Any]:
         out["overlap_schedule"] = "off" if settings["disable_overlap_schedule"] else "on"
     graphs = settings.get("cuda_graph_config")
     if isinstance(graphs, dict):  # 0.5.2x: one record per phase (backend full/breakable/disabled, max_bs, bs)
-        out["cuda_graph"] = "; ".join(_graph_phase(name, graphs.get(name) or {}) for name in ("decode", "prefill"))
+        out["cuda_graph"] = "; ".join(f"{name} {_graphs(graphs.get(name) or {})}" for name in ("decode", "prefill"))
     elif "disable_cuda_graph" in settings:  # 0.5.9: one switch, cuda_graph_max_bs and cuda_graph_bs
-        if settings["disable_cuda_graph"]:
-            out["cuda_graph"] = "disabled"
-        else:
-            bs = settings.get("cuda_graph_bs")
-            out["cuda_graph"] = f"max bs {settings.get('cuda_graph_max_bs')}" + (
-                f", {len(bs)} sizes" if isinstance(bs, list) else ""
-            )
+        off = settings["disable_cuda_graph"]
+        bs, max_bs = settings.get("cuda_graph_bs"), settings.get("cuda_graph_max_bs")
+        out["cuda_graph"] = _graphs({"backend": "disabled"} if off else {"max_bs": max_bs, "bs": bs})
     return out
 
 
-def _graph_phase(name: str, phase: Mapping[str, Any]) -> str:
-    text = f"{name} {phase.get('backend')}"
-    if phase.get("backend") != "disabled":
-        text += f", max bs {phase.get('max_bs')}" if phase.get("max_bs") is not None else ""
-        text += f", {len(phase['bs'])} sizes" if isinstance(phase.get("bs"), list) else ""
-    return text
+def _graphs(phase: Mapping[str, Any]) -> str:
+    """`full, max bs 512, 3 sizes`, `disabled` (a phase's backend, when it has one, first)."""
+    if phase.get("backend") == "disabled":
+        return "disabled"
+    bs = phase.get("bs")
+    parts = [phase.get("backend"), f"max bs {phase['max_bs']}" if phase.get("max_bs") is not None else None]
+    return ", ".join(p for p in (*parts, f"{len(bs)} sizes" if isinstance(bs, list) else None) if p)
 
 
 @dataclass(frozen=True)
@@ -394,9 +344,7 @@ def trap_hits(traps: Iterable[Sm120Trap], version: str, cases: Mapping[str, Mapp
     return hits
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Import failures: which kernel library, from which SGLang module
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def kernel_library(failure: Mapping[str, Any]) -> str | None:
@@ -416,10 +364,7 @@ def describe_failure(failure: Mapping[str, Any]) -> str:
 
 def refusal(case: Mapping[str, Any]) -> str:
     """Why SGLang would not start a case (its launch checks, then its model loader), or ''."""
-    reasons = []
-    if case.get("error"):
-        reasons.append(describe_failure(case["error"]))
-    load_error = (case.get("runners") or {}).get("load_error")
-    if load_error:
+    reasons = [describe_failure(case["error"])] if case.get("error") else []
+    if load_error := (case.get("runners") or {}).get("load_error"):
         reasons.append("model loader: " + describe_failure(load_error))
     return " || ".join(reasons)

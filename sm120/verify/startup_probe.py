@@ -1,28 +1,17 @@
 """SGLang's real start-up path on an sm_120 persona, run INSIDE the image (T2.5; sm120/verify/suite/test_startup.py).
 
-This file is copied into a container and run by the image's Python as the image's user, without a GPU:
+Copied into a container and run by the image's Python as the image's user, without a GPU: `python startup_probe.py
+JOB.json` prints one `SM120-JSON {...}` line, what SGLang did and decided. Standard library only, plus the image's
+torch, SGLang and entrypoint package (to read the model files as the entrypoint does). JOB.json: {"persona": {...},
+"workdir", "entrypoint_root", "env", "tasks": ["registry", "server_args"], "modules", "cases": [{"id", "env", "argv"}]}.
 
-    python startup_probe.py JOB.json        # prints one `SM120-JSON {...}` line: what SGLang did and decided
-
-It uses the standard library, the image's torch, the image's SGLang and the image's entrypoint package (to read the
-model files as the entrypoint does), nothing of this checkout. JOB.json:
-    {"persona": {name, capability, multi_processor_count, total_memory, free_memory, devices},
-     "workdir": "/tmp/...", "entrypoint_root": "/opt/sglang-sm120", "env": {...},
-     "tasks": ["registry", "server_args"], "modules": [...],
-     "cases": [{"id", "env", "argv"}]}
-
-Before SGLang is imported:
-- the CUDA driver stub (`stubs/libcuda.so`, soname libcuda.so.1) is linked as libcuda.so.1 in WORKDIR/lib, on
-  LD_LIBRARY_PATH, so that kernel libraries linked against the driver load (the process re-executes itself once
-  with that environment);
-- a stand-in `nvidia-smi` in WORKDIR/bin, first on PATH, answers `--query-gpu=memory.total|name|compute_cap
-  --format=csv,noheader[,nounits]` from the persona; anything else exits 9 and is logged;
-- torch.cuda's device queries answer from the persona (and count every question); a property of
-  get_device_properties() that the persona has no value for stops the check, naming it;
-- every torch.cuda entry point that would initialise CUDA, allocate device memory or launch work (_lazy_init,
-  which CUDA tensor allocation goes through, set_device, streams, events, graphs, synchronize, ...) raises
-  PersonaBoundary (a BaseException, so no `except Exception` in SGLang swallows it), naming the call and the
-  SGLang line that made it. It is recorded even if something swallows it.
+Before SGLang is imported: the CUDA driver stub is linked as WORKDIR/lib/libcuda.so.1 (on LD_LIBRARY_PATH: the
+process re-executes itself once), so that kernel libraries linked against the driver load; a stand-in `nvidia-smi`
+first on PATH answers `--query-gpu=memory.total|name|compute_cap` from the persona (anything else exits 9, logged);
+torch.cuda's device queries answer from the persona (each question counted; a device property it has no value for
+stops the check, naming it); every torch.cuda entry point that would initialise CUDA, allocate or launch work raises
+PersonaBoundary (a BaseException: no `except Exception` in SGLang swallows it) naming the call and the SGLang line,
+recorded even if something swallows it.
 """
 
 from __future__ import annotations
@@ -118,9 +107,7 @@ def boundary(call: str) -> PersonaBoundary:
     return PersonaBoundary(message)
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Staging: the driver stub and nvidia-smi, then re-execute with them on the search paths.
-# ---------------------------------------------------------------------------------------------------------------
 
 NVIDIA_SMI = r"""#!{python}
 # Stand-in nvidia-smi of the sm_120 persona (sm120/verify/startup_probe.py): answers from the persona only.
@@ -186,8 +173,7 @@ def stage(job_file: Path, job: dict[str, Any]) -> None:
         emit({"error": f"no CUDA driver stub in the image (looked at {', '.join(STUBS)})"})
         sys.exit(0)
     link = work / "lib" / "libcuda.so.1"
-    if link.is_symlink() or link.exists():
-        link.unlink()
+    link.unlink(missing_ok=True)  # not written through a link left by an earlier run
     persona_driver(Path(stub), link, job["persona"])
     persona_file = work / "persona.json"
     persona_file.write_text(json.dumps(job["persona"]))
@@ -204,15 +190,11 @@ def stage(job_file: Path, job: dict[str, Any]) -> None:
     os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), str(job_file)], env)
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # The persona in torch.cuda
-# ---------------------------------------------------------------------------------------------------------------
 
 
 class DeviceProperties:
     """What torch.cuda.get_device_properties() returns under the persona: its values, nothing more."""
-
-    _FIELDS = ("name", "major", "minor", "total_memory", "multi_processor_count")
 
     def __init__(self, persona: dict[str, Any]) -> None:
         self.name = persona["name"]
@@ -253,26 +235,24 @@ def install(persona: dict[str, Any]) -> None:
             raise AssertionError("Invalid device id")
         return idx
 
-    def asked(name: str, value: Any) -> Any:
-        ASKED[name] += 1
-        return value
-
     answers = {
-        "is_available": lambda: asked("is_available", True),
-        "device_count": lambda: asked("device_count", devices),
-        "current_device": lambda: asked("current_device", 0),
-        "get_device_name": lambda device=None: asked("get_device_name", (index(device), props.name)[1]),
-        "get_device_capability": lambda device=None: asked(
-            "get_device_capability", (index(device), (props.major, props.minor))[1]
-        ),
-        "get_device_properties": lambda device=None: asked("get_device_properties", (index(device), props)[1]),
-        "mem_get_info": lambda device=None: asked(
-            "mem_get_info", (index(device), (persona["free_memory"], persona["total_memory"]))[1]
-        ),
+        "is_available": True,
+        "device_count": devices,
+        "current_device": 0,
+        "get_device_name": props.name,
+        "get_device_capability": (props.major, props.minor),
+        "get_device_properties": props,
+        "mem_get_info": (persona["free_memory"], persona["total_memory"]),
     }
-    for name, fn in answers.items():
-        fn.__name__ = fn.__qualname__ = name
-        setattr(cuda, name, fn)
+    for name, value in answers.items():
+
+        def answer(device: Any = None, _name: str = name, _value: Any = value) -> Any:
+            index(device)  # a device the persona does not have is refused, not counted
+            ASKED[_name] += 1
+            return _value
+
+        answer.__name__ = answer.__qualname__ = name
+        setattr(cuda, name, answer)
 
     def guard(name: str) -> Any:
         def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -294,9 +274,7 @@ def install(persona: dict[str, Any]) -> None:
             klass.__new__ = new  # type: ignore[method-assign]
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # What SGLang did
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def failure(exc: BaseException) -> dict[str, Any]:
@@ -313,15 +291,10 @@ def failure(exc: BaseException) -> dict[str, Any]:
         "missing": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
     }
     if innermost is not None:
-        out["module"] = _module_name(innermost.filename)
+        out["module"] = _short(innermost.filename).removesuffix(".py").removesuffix("/__init__").replace("/", ".")
         out["line"] = innermost.lineno
         out["statement"] = (innermost.line or "").strip()
     return out
-
-
-def _module_name(path: str) -> str:
-    rel = _short(path)
-    return rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
 def platform_flags() -> dict[str, Any]:
@@ -342,12 +315,8 @@ def platform_flags() -> dict[str, Any]:
 
 
 def kernels_loaded() -> dict[str, str]:
-    found = {}
-    for name in KERNEL_PACKAGES:
-        mod = sys.modules.get(name)
-        if mod is not None:
-            found[name] = str(getattr(mod, "__version__", "") or getattr(mod, "__file__", "") or "")
-    return found
+    loaded = {name: mod for name in KERNEL_PACKAGES if (mod := sys.modules.get(name)) is not None}
+    return {name: str(getattr(m, "__version__", "") or getattr(m, "__file__", "") or "") for name, m in loaded.items()}
 
 
 class Records(logging.Handler):
@@ -371,11 +340,8 @@ def task_registry(job: dict[str, Any]) -> dict[str, Any]:
     except BaseException as exc:
         out["error"] = failure(exc)
         archs = []
-    dropped = {}
-    for line in handler.lines:
-        match = re.search(r"Ignore import error when loading (sglang\.srt\.models\.[\w.]+): (.*)", line)
-        if match:
-            dropped[match.group(1)] = match.group(2)
+    ignored = re.compile(r"Ignore import error when loading (sglang\.srt\.models\.[\w.]+): (.*)")
+    dropped = dict(m.groups() for line in handler.lines if (m := ignored.search(line)))
     out["dropped"] = {}
     for module in sorted(dropped):  # import again, apart, for the traceback the registry's warning leaves out
         try:

@@ -13,17 +13,20 @@ tag from the plan (`build.py plan --profile offline --json`: tags[0]); the stack
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from pytest_docker.plugin import DockerComposeExecutor, Services
 
+from sm120.image.entrypoint.key_file import mask
 from sm120.plan import config as cfg
 from sm120.plan import resolve as planmod
 from tests import entrypoint_helpers as eh
@@ -267,5 +270,36 @@ def docker_setup() -> list[str]:
 
 @pytest.fixture(scope="session")
 def docker_cleanup() -> list[str]:
-    # The stack, its network and its cache volume; gone already (the `down` check ran) is fine.
+    # The stack, its network, its cache volume and the containers' anonymous volumes; gone already is fine.
     return ["down -v --timeout 10"]
+
+
+@pytest.fixture(scope="session")
+def docker_services(
+    docker_compose_command, docker_compose_file, docker_compose_project_name, docker_setup, docker_cleanup, settings
+) -> Iterator[Services]:
+    """pytest-docker's fixture, with the stack brought down however `up` ends (see `stack_up`)."""
+    executor = DockerComposeExecutor(docker_compose_command, docker_compose_file, docker_compose_project_name)
+    with stack_up(executor.execute, docker_setup, docker_cleanup, settings.api_key):
+        yield Services(executor)
+
+
+@contextlib.contextmanager
+def stack_up(execute: Callable[[str], bytes], setup: list[str], cleanup: list[str], key: str) -> Iterator[None]:
+    """The setup commands, the block, then the cleanup commands, which run however `up` ends (pytest-docker 3.2.6 runs
+    its setup outside the try that cleans up: a failed `up` left the project's containers behind). A failed setup
+    command fails the fixture with its output and the stack's logs, the key masked in both."""
+    try:
+        for command in setup:
+            try:
+                execute(command)
+            except Exception as exc:  # pytest-docker's: the command, its exit status and its output
+                try:
+                    logs = execute("logs --no-color --timestamps --tail 200").decode(errors="replace")
+                except Exception as why:
+                    logs = f"(none: {why})"
+                pytest.fail(mask(f"{exc}\nthe stack's logs:\n{logs}", key), pytrace=False)
+        yield
+    finally:
+        for command in cleanup:
+            execute(command)

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 import docker
+from sm120.plan import image_plan
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
@@ -103,6 +104,6 @@ def followed(dc, image: str, add: Files) -> Files:
     follows the image's links (/usr/local/cuda -> cuda-13.0, its lib64 -> targets/x86_64-linux/lib), where a layer's
     own directory of that name would hide the link and all behind it."""
     dirs = sorted({path.rpartition("/")[0] for path in add})
-    out = dc.containers.run(image, entrypoint=["readlink", "-m", *dirs], network_mode="none", remove=True, user="root")
+    out = image_plan.output(dc, image, "test", entrypoint=["readlink", "-m", *dirs], network_mode="none", user="root")
     real = dict(zip(dirs, out.decode().split(), strict=True))
     return {f"{real[d]}/{name}": value for path, value in add.items() for d, _, name in [path.rpartition("/")]}

@@ -5,13 +5,9 @@ An image of a track that is not built here is skipped, saying so."""
 
 from __future__ import annotations
 
-import io
-import tarfile
-
 import pytest
 from packaging.version import Version
 
-from sm120.image.entrypoint.spec import PLAN_JSON_PATH
 from sm120.plan import config as cfg
 from sm120.plan import image_plan
 from tests.helpers import run_build_py
@@ -19,17 +15,6 @@ from tests.helpers import run_build_py
 pytestmark = [pytest.mark.image, pytest.mark.docker]
 
 TRACKS = sorted(cfg.load().tracks, key=Version)
-
-
-def _plan_json(dc, tag: str) -> bytes:
-    container = dc.containers.create(tag, entrypoint=["/bin/true"])
-    try:
-        stream, _ = container.get_archive(PLAN_JSON_PATH)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = next(m for m in tar.getmembers() if m.isfile())
-            return tar.extractfile(member).read()  # type: ignore[union-attr]
-    finally:
-        container.remove(force=True)
 
 
 @pytest.mark.parametrize("version", TRACKS)
@@ -43,6 +28,6 @@ def test_the_images_plan_is_the_hosts_plan_byte_for_byte(dc, version: str):
         dc.images.get(tag)
     except docker.errors.ImageNotFound:
         pytest.skip(f"{tag} is not built here (./dev test builds every track)")
-    held = _plan_json(dc, tag).decode()
+    held = image_plan.plan_json(dc, tag).decode()
     assert held == plan.stdout, f"{tag}: its plan.json is not `build.py plan --json` of this checkout"
     assert image_plan.read(dc, tag) == image_plan.decode(plan.stdout, "build.py plan")

@@ -19,7 +19,7 @@ import pytest
 from packaging.version import Version
 
 from sm120.plan import config as cfg
-from sm120.plan import labels
+from sm120.plan import image_plan, labels
 from sm120.plan import resolve as planmod
 from sm120.plan import resources as res
 from tests.helpers import run_build_py
@@ -35,12 +35,9 @@ def dist_info(dc, image: str, package: str, version: str, python: str) -> tuple[
     """The dist-info directory of `package` `version` in the image and its files (name -> bytes)."""
     site = f"/opt/venv/lib/python{python}/site-packages"
     path = f"{site}/{package.replace('-', '_')}-{version}.dist-info"
-    box = dc.containers.create(image, entrypoint=["true"], network_disabled=True)
-    try:
+    with image_plan.scratch(dc, image, "test", entrypoint=["true"], network_disabled=True) as box:
         stream, _ = box.get_archive(path)
         data = b"".join(stream)
-    finally:
-        box.remove(force=True, v=True)
     files = {}
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         for member in tar.getmembers():

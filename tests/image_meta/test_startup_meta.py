@@ -31,7 +31,7 @@ from packaging.version import Version
 
 from sm120.patches import pypi
 from sm120.plan import config as cfg
-from sm120.plan import labels
+from sm120.plan import image_plan, labels
 from sm120.plan import resolve as planmod
 from sm120.verify import docker_env
 from tests.helpers import run_build_py
@@ -71,7 +71,7 @@ def reference_image(dc) -> str:
 
 def in_image(dc, image: str, command: str) -> str:
     """stdout of `sh -c command` in a throw-away container of the image (no network, removed)."""
-    out = dc.containers.run(image, entrypoint=["sh", "-c", command], network_mode="none", remove=True, user="root")
+    out = image_plan.output(dc, image, "test", entrypoint=["sh", "-c", command], network_mode="none", user="root")
     return out.decode().strip()
 
 

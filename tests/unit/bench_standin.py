@@ -5,7 +5,8 @@ It speaks SGLang 0.5.9's native wire format (http_server.py / tokenizer_manager.
 step with the cumulative `text`, `output_ids` and `meta_info.completion_tokens`; the last chunk has
 `finish_reason` {"type": "length" | "stop", ...}, `e2e_latency` and, when speculative decoding is on,
 `spec_verify_ct`, `spec_accept_length` (= completion_tokens / spec_verify_ct) and `spec_accept_rate`; then
-`data: [DONE]`. GET /health, GET /server_info (server args + internal_states[0].avg_spec_accept_length).
+`data: [DONE]`. GET /health, GET /server_info (server args + internal_states[0].avg_spec_accept_length), and
+what SGLang's bench_serving asks besides: GET /v1/models, /get_server_info, /model_info, POST /flush_cache.
 
 Timing: the first token arrives `ttft` seconds after the request; then `burst` tokens arrive together every
 `burst / tok_s` seconds (speculative decoding's verify steps), so decode runs at `tok_s` tokens/s. Deadlines
@@ -75,6 +76,9 @@ class Behaviour:
     # most `hold_for` s; StandIn.held is set when it starts to wait.
     hold_on_request: int | None = None
     hold_for: float = 120.0
+    # A GPU's limit: the tokens/s it makes over all requests decoding at once. With more requests than
+    # capacity / tok_s, each gets its share (a batch shares one GPU). EAGLE-3's verify steps cost capacity.
+    capacity: float | None = None
 
 
 class _Server(ThreadingHTTPServer):
@@ -94,6 +98,7 @@ class StandIn:
         self.rng = random.Random(self.behaviour.seed)
         self.lock = threading.Lock()
         self.dead = False
+        self.decoding = 0  # requests between their first token and their last
         self.died = False
         self.httpd = _Server((host, port), _handler(self))
         self.httpd.daemon_threads = True
@@ -152,7 +157,7 @@ class StandIn:
             "speculative_eagle_topk": 4 if b.spec else None,
             "speculative_num_draft_tokens": 16 if b.spec else None,
             "internal_states": [{"avg_spec_accept_length": avg} if b.spec else {}],
-            "version": "0.5.9-stand-in",
+            "version": "stand-in",  # not SGLang: reports say so (bench.md, bench.png)
         }
 
 
@@ -216,6 +221,10 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
             elif self.path in ("/server_info", "/get_server_info"):
                 self._json(200, standin.server_info())
+            elif self.path == "/v1/models":  # bench_serving 0.5.23 waits for it, and reads the model's name there
+                self._json(200, {"object": "list", "data": [{"id": "stand-in/model", "object": "model"}]})
+            elif self.path == "/model_info":
+                self._json(200, {"model_path": "stand-in/model", "tokenizer_path": None, "is_generation": True})
             else:
                 self._json(404, {"detail": "Not Found"})
 
@@ -249,6 +258,9 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
             t_created = time.time()
             t0 = time.perf_counter()
             if not self._authorized():
+                return
+            if self.path.startswith("/flush_cache"):  # bench_serving may flush SGLang's prefix cache
+                self._json(200, {"success": True})
                 return
             if self.path != "/generate":
                 self._json(404, {"detail": "Not Found"})
@@ -288,8 +300,27 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
                 self._chunk(b"")
                 return
             factor = 1.0 + (standin.rng.uniform(-b.jitter, b.jitter) if b.jitter else 0.0)
-            sent, steps, deadline = 0, 0, t0 + b.ttft * factor
-            gap = b.burst / b.tok_s * factor
+            deadline = t0 + b.ttft * factor
+            with standin.lock:
+                standin.decoding += 1
+            try:
+                self._generate(number, body, total, max_new, t_created, factor, deadline)
+            finally:
+                with standin.lock:
+                    standin.decoding -= 1
+
+        def _gap(self, factor: float) -> float:
+            """Seconds between two bursts: tok_s, or this request's share of the capacity."""
+            b = standin.behaviour
+            pace = b.tok_s if b.capacity is None else min(b.tok_s, b.capacity / max(standin.decoding, 1))
+            return b.burst / pace * factor
+
+        def _generate(
+            self, number: int, body: dict[str, Any], total: int, max_new: int, t_created: float, factor: float,
+            deadline: float,
+        ) -> None:  # fmt: skip
+            b = standin.behaviour
+            sent = steps = 0
             while sent < total:
                 now = time.perf_counter()
                 if deadline > now:
@@ -336,7 +367,7 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
                 if sent == 1:
                     # Decode steps start once the first token is out (a late first chunk is not caught up).
                     deadline = time.perf_counter()
-                deadline += gap
+                deadline += self._gap(factor)
             self._event(b"[DONE]")
             self._chunk(b"")
 
@@ -360,6 +391,7 @@ def main() -> None:
     parser.add_argument("--jitter", type=float, default=0.0, help="relative random variation per request")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--api-key", help="as SGLang's: every route but /health*, /ready*, /metrics wants it")
+    parser.add_argument("--capacity", type=float, help="tokens/s over all requests at once (a GPU's limit)")
     args = parser.parse_args()
     spec, burst = args.spec, args.burst
     if args.mode == "baseline":
@@ -367,6 +399,7 @@ def main() -> None:
     elif args.mode == "eagle3":
         spec = True
     behaviour = Behaviour(args.ttft, args.tok_s, burst, spec, jitter=args.jitter, seed=args.seed, api_key=args.api_key)
+    behaviour.capacity = args.capacity
     standin = StandIn(behaviour, port=args.port, host=args.host)
     print(f"stand-in SGLang listening on {standin.url}" + (" (API key set)" if args.api_key else ""), flush=True)
     print(f"stand-in SGLang args: {sys.argv[1:]}", flush=True)  # as SGLang logs its ServerArgs, the key included

@@ -1,8 +1,9 @@
-"""T0: no secret in any output of `build.py bench`, by construction (issue #35). For generated keys (the key file's
-alphabet, several lengths) and a password in --endpoint's URL, bench runs as a user runs it (a process) against the
-stand-in server (tests/unit/bench_standin.py, whose `echo_auth` quotes the Authorization header in its 401 body and
-error chunk) through its refusal and failure paths and a successful run: neither the key nor the password is in its
-stdout, its stderr or any file under --out."""
+"""T0: no secret in any output of `build.py bench`, by construction. For generated keys (the key file's alphabet,
+lengths 8, 32 and 200) and a password in --endpoint's URL, bench runs (in this process, its file descriptors
+captured) against the stand-in SGLang (tests/unit/bench_standin.py; `echo_auth` quotes the Authorization header in
+its 401 body) through a successful sweep whose bench_serving line quotes `Authorization: Bearer KEY` in a failed
+request's error, a run that fails with that text, a 401, an unreachable server and a bad --out named by the key:
+neither the key nor the password is in stdout, stderr or any file under --out."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ import json
 import random
 import string
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.helpers import free_port, run_build_py
+from sm120.bench import serving
+from tests.helpers import free_port, run_cli
+from tests.unit.bench_fakes import fabricate
 
 ALPHABET = string.ascii_letters + string.digits + "._~+/=-"  # key_file.py's [A-Za-z0-9._~+/=-]
 URL_SAFE = string.ascii_letters + string.digits + "._~-"  # a password as it stands in a URL's user info
-FAST = dict(ttft=0.01, tok_s=500.0, burst=1, spec=False)
-COMMON = ["--label", "baseline", "--runs", "1", "--warmup", "0", "--max-tokens", "3"]
+MASKED = "Authorization: Bearer ********"
 
 
 def secrets_for(length: int) -> tuple[str, str]:
@@ -30,16 +33,6 @@ def with_password(url: str, password: str) -> str:
     return url.replace("http://", f"http://bench:{password}@", 1)
 
 
-def bench(where: Path, key: str, endpoint: str, out: Path | None = None) -> tuple[int, str, Path]:
-    """Run bench with the key in where/api_key; (exit status, stdout + stderr, --out)."""
-    where.mkdir(exist_ok=True)
-    key_path = where / "api_key"
-    key_path.write_text(key + "\n")
-    out = out or where / "out"
-    proc = run_build_py("bench", "--endpoint", endpoint, *COMMON, "--api-key-file", str(key_path), "--out", str(out))
-    return proc.returncode, proc.stdout + proc.stderr, out
-
-
 def assert_no_secret(output: str, out: Path, *secrets: str) -> None:
     files = {p: p.read_bytes().decode("latin-1") for p in out.rglob("*") if p.is_file()} if out.is_dir() else {}
     for secret in secrets:
@@ -48,48 +41,71 @@ def assert_no_secret(output: str, out: Path, *secrets: str) -> None:
             assert secret not in text, path
 
 
-@pytest.mark.parametrize("length", [8, 23, 64, 200])
-def test_no_secret_in_any_output(standin, tmp_path, length):
+@pytest.mark.parametrize("length", [8, 32, 200])
+def test_no_secret_in_any_output(standin, bench_fakes, tmp_path, capfd, length):
     key, password = secrets_for(length)
+    echoed = f"Traceback (most recent call last):\naiohttp.ClientResponseError: 401, sent Authorization: Bearer {key}"
+    fail_with: list[BaseException] = []
 
-    # A successful run: the key is sent, bench.json and bench.md name the endpoint without its user info.
-    served = standin(**FAST, api_key=key, echo_auth=True)
-    rc, output, out = bench(tmp_path / "ok", key, served.url)
+    def answer(job: serving.Job, concurrency: int, repeat: int) -> dict[str, Any]:
+        assert key not in " ".join(job.argv(concurrency, 10, "/bench/dataset-10.json", "/bench/result.jsonl"))
+        if fail_with:
+            raise fail_with[0]
+        return fabricate(concurrency, 100.0, 0.1, 0.01, failed=1, error=echoed)
+
+    fake = bench_fakes.serving(answer)
+    (tmp_path / "tok").mkdir()
+
+    def bench(name: str, endpoint: str, out: Path | None = None) -> tuple[int, str, Path]:
+        where = tmp_path / name
+        where.mkdir()
+        (where / "api_key").write_text(key + "\n")
+        out = out or where / "out"
+        argv = ["--endpoint", endpoint, "--label", "baseline", "--tokenizer", str(tmp_path / "tok")]
+        argv += ["--concurrency", "1", "--runs", "1", "--api-key-file", str(where / "api_key"), "--out", str(out)]
+        rc, stdout, stderr = run_cli(capfd, "bench", *argv)
+        return rc, stdout + stderr, out
+
+    # A successful sweep: a failed request's error quotes the key; kept in bench.json, the key masked.
+    served = standin(api_key=key, echo_auth=True)
+    rc, output, out = bench("ok", served.url)
     assert rc == 0, output
+    assert json.loads((out / "bench.json").read_text())["labels"]["baseline"]["runs"][0]["error"] == (
+        "aiohttp.ClientResponseError: 401, sent " + MASKED
+    )
     assert_no_secret(output, out, key, password)
+    assert {job.api_key_file for job, _ in fake.calls} == {tmp_path / "ok" / "api_key"}
 
-    # A password in the URL (a keyless server: requests sends it as Basic auth), recorded without its user info.
-    keyless = standin(**FAST)
-    rc, output, out = bench(tmp_path / "url", key, with_password(keyless.url, password))
+    # A password in the URL (a keyless server): recorded without the user info.
+    keyless = standin()
+    rc, output, out = bench("url", with_password(keyless.url, password))
     assert rc == 0, output
     assert_no_secret(output, out, key, password)
     source = json.loads((out / "bench.json").read_text())["labels"]["baseline"]["source"]
-    assert source["endpoint"] == keyless.url and "credentials" in source
-    assert "credentials given" in (out / "bench.md").read_text()
+    assert source == {"endpoint": keyless.url, "credentials": "given in the URL, not recorded"}
 
-    # The server's error chunk quotes `Authorization: Bearer KEY`: the message is kept, the key masked.
-    failing = standin(**FAST, api_key=key, echo_auth=True, error_on_request=1)
-    rc, output, out = bench(tmp_path / "chunk", key, failing.url)
-    assert rc == 1, output
-    assert "Authorization: Bearer ********" in output
-    assert "Authorization: Bearer ********" in (out / "bench.json").read_text()
+    # A run that fails with a message quoting the key: the message kept, the key masked.
+    fail_with.append(serving.RunFailed(f"no request completed at concurrency 1: 401, sent Authorization: Bearer {key}"))
+    rc, output, out = bench("failed", served.url)
+    assert rc == 1 and MASKED in output.splitlines()[-1], output
+    assert MASKED in json.loads((out / "bench.json").read_text())["labels"]["baseline"]["error"]
+    assert MASKED in (out / "bench.md").read_text()
     assert_no_secret(output, out, key, password)
 
-    # Refused (401, its body quoting the header) with the password in the URL every message quotes.
-    other = standin(**FAST, api_key="another-key-0123456789", echo_auth=True)
-    rc, output, out = bench(tmp_path / "401", key, with_password(other.url, password))
+    # Refused (a 401 whose body quotes the header), with the password in the URL every message quotes.
+    other = standin(api_key="another-key-0123456789", echo_auth=True)
+    rc, output, out = bench("401", with_password(other.url, password))
     assert rc == 2 and "HTTP 401" in output, output
     assert_no_secret(output, out, key, password)
 
     # Nothing listens there.
-    rc, output, out = bench(tmp_path / "gone", key, with_password(f"http://127.0.0.1:{free_port()}", password))
+    rc, output, out = bench("gone", with_password(f"http://127.0.0.1:{free_port()}", password))
     assert rc == 2 and "cannot reach" in output, output
     assert_no_secret(output, out, key, password)
 
-    # A bad argument found after the key was read, whose message quotes it: --out under a file, named by the key.
-    (tmp_path / "bad").mkdir()
-    (tmp_path / "bad" / "file").write_text("")
-    rc, output, out = bench(tmp_path / "bad", key, with_password(served.url, password), tmp_path / "bad" / "file" / key)
+    # A bad --out, found after the key was read, whose message quotes it: --out under a file, named by the key.
+    (tmp_path / "file").write_text("")
+    rc, output, out = bench("bad", with_password(keyless.url, password), tmp_path / "file" / key)
     assert rc == 2 and "--out" in output, output
     assert_no_secret(output, out, key, password)
     assert "********" in output or "//" in key  # quoted, and masked (a path writes "//" as "/")

@@ -105,11 +105,25 @@ def test_missing_patch_file(tmp_path):
     assert "kimi-k25-eagle3-delegation" in message and "no such file" in message
 
 
-def test_track_names_unknown_patch(tmp_path):
-    message = one_line_error(
-        write_config(tmp_path, edit=lambda s: s.replace('"torch-symm-mem-sm120", "flash', '"no-such-patch", "flash', 1))
-    )
-    assert "no-such-patch" in message and "[patches.no-such-patch]" in message
+def test_each_track_takes_the_rules_written_once_whose_range_holds_its_version():
+    config = cfg.load(ROOT / "build.toml")
+    old, new = config.tracks["0.5.9"], config.tracks["0.5.23"]
+    assert [r.name for r in old.runtime] == ["no-jit-deepgemm", "nvfp4-quantization", "torch-symm-mem"]
+    assert [r.name for r in new.runtime] == ["nvfp4-moe-cutlass", "torch-symm-mem"]
+    assert old.runtime[-1].sglang == "<0.5.16" and new.runtime[-1].env == {"SGLANG_OPT_USE_INKLING_CUSTOM_AR": "0"}
+    assert old.left_out == new.left_out == config.left_out  # one entry, every release
+    shared = [n for n in config.not_shipped if n.sglang is None]
+    assert [n.paths[0] for n in shared] == ["nvidia/cu13/lib/libnvrtc.alt.so*", "sgl_kernel/sm90"]
+    assert all(n in old.not_shipped and n in new.not_shipped for n in shared)
+    assert old.patches == new.patches == list(config.patches)  # the variants' ranges choose the file, or none
+    # Resolved, not written: a track's dump (what `track add` would copy) holds none of them.
+    assert not {"patches", "runtime", "left_out", "not_shipped"} & set(old.model_dump())
+
+
+def test_the_same_path_for_two_cuda_majors_is_no_clash(tmp_path):
+    config = cfg.load(write_config(tmp_path, edit=lambda s: s.replace("nvidia/cuda_nvrtc/lib/", "nvidia/cu13/lib/")))
+    paths = [n.paths[0] for n in config.tracks["0.5.9"].not_shipped]
+    assert paths.count("nvidia/cu13/lib/libnvrtc.alt.so*") == 2  # torch_cuda 12 and 13: one of them per build
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """T0: build.toml says what cannot work (issue 15, class 5): `plan` refuses, naming the key, EAGLE-3 presets
-outside the draft tree's bound, a missing mode the image's CMD runs, a patch listed twice or outside the
-repository, strings or booleans where numbers go (strict types), non-finite numbers; an unknown key or value
-names the allowed ones and the closest. One line, exit 2, no traceback."""
+outside the draft tree's bound, a missing mode the image's CMD runs, a patch outside the repository, a rule that holds
+for no track or two that clash on one, strings or booleans where numbers go (strict types), non-finite numbers; an
+unknown key or value names the allowed ones and the closest. One line, exit 2, no traceback."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ from sm120.errors import UsageError
 from sm120.plan import config as cfg
 from tests.helpers import ROOT, run_build_py, run_cli, write_config
 
-PATCHES_059 = (
-    'patches = ["kimi-k25-eagle3-delegation", "torch-symm-mem-sm120", "flash-attn-kernel-subset"]\n\n'
-    '[tracks."0.5.9".torch]'
-)
+RUNTIME_059 = '[tracks."0.5.9".torch]'
+LEFT_OUT = '[[left_out]]\nargs = ["--enable-flashinfer-allreduce-fusion"]'
 NEWEST = max(cfg.load().tracks, key=lambda v: tuple(int(p) for p in v.split(".")))
 FA_FILE = 'file = "patches/flash-attn/2.8.3/kernel-subset.patch"'
 
@@ -76,13 +74,63 @@ CASES: list[tuple[str, str, str, list[str]]] = [
         'mode = "eagle3"',
         ["defaults.mode = 'eagle3', but the image's CMD runs 'baseline'", "the same mode"],
     ),
-    # patches
+    # the rules written once, by SGLang version range
     (
-        "patch-twice",
-        PATCHES_059,
-        PATCHES_059.replace('"flash-attn-kernel-subset"', '"torch-symm-mem-sm120"'),
-        ["tracks.\"0.5.9\".patches lists 'torch-symm-mem-sm120' twice"],
+        "track-names-patches",
+        RUNTIME_059,
+        'patches = ["torch-symm-mem-sm120"]\n\n' + RUNTIME_059,
+        ['tracks."0.5.9": patches is not a track key', "every [patches.NAME] applies where a variant's range holds"],
     ),
+    (
+        "track-has-a-rule",
+        RUNTIME_059,
+        '[[tracks."0.5.9".runtime]]\nname = "x"\nenv = { X = "1" }\nreason = "r"\n\n' + RUNTIME_059,
+        ['tracks."0.5.9": runtime is not a track key: write each entry once as [[runtime]] with sglang = a range'],
+    ),
+    (
+        "rule-for-no-track",
+        'sglang = "<0.5.10"\nname = "no-jit-deepgemm"',
+        'sglang = "<0.5.5"\nname = "no-jit-deepgemm"',
+        ["runtime.0.sglang = '<0.5.5' holds for no track (tracks: 0.5.9, 0.5.23): widen the range, or remove"],
+    ),
+    (
+        "rule-range-garbled",
+        'sglang = "<0.5.10"\nname = "no-jit-deepgemm"',
+        'sglang = "0.5.10-"\nname = "no-jit-deepgemm"',
+        ["runtime.0.sglang = '0.5.10-'", "is not a version range like '>=0.5.9,<0.5.14'"],
+    ),
+    (
+        "rule-ranges-overlap",
+        'sglang = "<0.5.16"\nname = "torch-symm-mem"',
+        'sglang = "<0.5.24"\nname = "torch-symm-mem"',
+        [
+            "runtime.4 (sglang = '>=0.5.16'): two runtime rules of track 0.5.23 are named 'torch-symm-mem' "
+            "(runtime.3 is the other): narrow their sglang ranges so that no track takes both"
+        ],
+    ),
+    (
+        "flag-left-out-twice",
+        LEFT_OUT,
+        '[[left_out]]\nsglang = "==0.5.9"\nargs = ["--x", "--enable-flashinfer-allreduce-fusion"]\nreason = "r"\n\n'
+        + LEFT_OUT,
+        [
+            "left_out.1 (no sglang: every release): two left_out entries of track 0.5.9 leave out "
+            "'--enable-flashinfer-allreduce-fusion' (left_out.0 is the other)"
+        ],
+    ),
+    (
+        "path-not-shipped-twice",
+        'paths = ["sgl_kernel/flash_ops.abi3.so"]',
+        'paths = ["sgl_kernel/flash_ops.abi3.so", "sgl_kernel/sm90"]',
+        ["two not_shipped entries of track 0.5.23 leave out 'sgl_kernel/sm90' (not_shipped.6 is the other)"],
+    ),
+    (
+        "patch-variants-overlap",
+        'versions = ">=0.5.14"',
+        'versions = ">=0.5.9"',
+        ["patches.torch-symm-mem-sm120.variants.0 and .1 hold for sglang 0.5.9 (track 0.5.9): give each release one"],
+    ),
+    # patches
     (
         "patch-outside-dotdot",
         FA_FILE,
@@ -94,12 +142,6 @@ CASES: list[tuple[str, str, str, list[str]]] = [
         FA_FILE,
         'file = "/etc/hostname"',
         ["variants.0.file = '/etc/hostname'", "outside the repository"],
-    ),
-    (
-        "patch-name-typo",
-        PATCHES_059,
-        PATCHES_059.replace('"flash-attn-kernel-subset"', '"flash-attn-kernel-subst"'),
-        ["perhaps you meant 'flash-attn-kernel-subset'"],
     ),
     (
         "requires-patch-typo",
@@ -237,7 +279,7 @@ def test_the_image_cmd_mode_is_read_from_the_dockerfile():
 CLI_CASES = [
     ("command", ["plna"], "perhaps you meant 'plan'"),
     ("patches-action", ["patches", "chek"], "perhaps you meant 'check'"),
-    ("bench-metric", ["bench", "--endpoint", "x", "--label", "a", "--speedup-metric", "decod"], "'decode'"),
+    ("bench-metric", ["bench", "--endpoint", "x", "--label", "a", "--speedup-metric", "outptu"], "'output'"),
     ("bench-mode", ["bench", "--image", "x", "--modes", "eagle33", "--env", "MODEL_PATH=/m"], "'eagle3'"),
     ("max-jobs-digits", ["plan", "--max-jobs", "٣"], "--max-jobs: must be a positive integer"),
     ("memory-inf", ["plan", "--memory-gib", "inf"], "--memory-gib: must be a positive finite number"),

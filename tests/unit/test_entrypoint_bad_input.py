@@ -1,10 +1,17 @@
-"""T0: the entrypoint's exit-2 contract for the classes of bad input issue 15 names, as tables of cases.
+"""T0: the entrypoint's exit-2 contract for bad input, as tables of cases.
 
 1. files the image's user cannot read (run as another uid when the tests run as root: root reads everything);
 2. abbreviations of SGLang options, from any layer, and SGLang's reading compared with the entrypoint's;
 3. values that parse but cannot work (numbers not in plain ASCII digits, ~ paths), and --dry-run's last
-   line, which stays the whole command whatever the paths hold.
-Each case: exit 2, at most three lines on stderr, the first naming the input, no traceback.
+   line, which stays the whole command whatever the paths hold;
+4. numbers past CPython's 4300-digit int() limit (variables, EXTRA_ARGS, after `--`, config.json, the plan);
+5. addresses that parse but cannot work: bracketed HOST forms uvicorn cannot bind, DIST_INIT_ADDR read like
+   SGLang reads it (IPv4 octets, the port, [IPv6]) while host names keep working, an empty PORT (the
+   HEALTHCHECK would probe port 80);
+6. a FIFO where a file is read, and a full stdout (exit 1).
+Each case: exit 2, at most three lines on stderr, the first naming the input, no traceback. What the entrypoint
+reads from model directories is in test_entrypoint_models.py, its checks of ports and GPUs in
+test_entrypoint_preflight.py.
 """
 
 from __future__ import annotations
@@ -45,6 +52,24 @@ def assert_usage_error(proc: subprocess.CompletedProcess[str], *expected: str) -
     assert "Traceback" not in proc.stderr
     for text in expected:
         assert text in proc.stderr, (text, proc.stderr)
+
+
+BIG = "1" + "0" * 5000  # past int()'s 4300 digits
+HEAD = BIG[:20]  # what a message shows of it (cut short, but naming it)
+
+
+def assert_refused(proc: subprocess.CompletedProcess[str], *expected: str) -> None:
+    assert_usage_error(proc)  # exit 2, 1-3 lines, the first `entrypoint: error: `, no traceback
+    assert "internal error" not in proc.stderr
+    assert all(len(line) < 600 for line in stderr_lines(proc)), "a value must be shown cut short, not in full"
+    first = stderr_lines(proc)[0]
+    for text in expected:
+        assert text in first or text in proc.stderr, (text, proc.stderr)
+
+
+def dry_run_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    return proc.stdout.rstrip("\n").split("\n")[-1]
 
 
 @pytest.fixture
@@ -482,3 +507,168 @@ def test_cuda_visible_devices_must_be_ascii(setup, visible):
     proc = run_entrypoint(["baseline"], {**setup["env"], "CUDA_VISIBLE_DEVICES": visible})
     assert_usage_error(proc, "CUDA_VISIBLE_DEVICES=", "ASCII GPU indices or UUIDs")
     assert not Path(setup["env"]["FAKE_SGLANG_RECORD"]).exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. Numbers beyond what Python takes
+# --------------------------------------------------------------------------------------------------
+
+NUMBERS: list[tuple[str, dict[str, str], list[str], list[str]]] = [
+    ("tp-5000-digits", {"TP_SIZE": BIG}, [], [f"TP_SIZE='{HEAD}", "out of range", "at most 9 digits"]),
+    ("port-5000-digits", {"PORT": BIG}, [], [f"PORT='{HEAD}", "out of range", "1 to 65535"]),
+    ("nnodes-5000-digits", {"NNODES": BIG, "DIST_INIT_ADDR": "h:5000"}, [], [f"NNODES='{HEAD}", "out of range"]),
+    ("node-rank-5000-digits", {"NODE_RANK": BIG}, [], [f"NODE_RANK='{HEAD}", "out of range"]),
+    ("steps-5000-digits", {"SPEC_NUM_STEPS": BIG}, [], [f"SPEC_NUM_STEPS='{HEAD}", "out of range"]),
+    ("topk-5000-digits", {"SPEC_EAGLE_TOPK": BIG}, [], [f"SPEC_EAGLE_TOPK='{HEAD}", "out of range"]),
+    ("draft-5000-digits", {"SPEC_NUM_DRAFT_TOKENS": BIG}, [], [f"SPEC_NUM_DRAFT_TOKENS='{HEAD}"]),
+    ("tp-10-digits", {"TP_SIZE": "1234567890"}, [], ["TP_SIZE='1234567890' is out of range"]),
+    ("extra-args-port", {"EXTRA_ARGS": f"--port {BIG}"}, [], [f"--port '{HEAD}", "(in EXTRA_ARGS)", "out of range"]),
+    ("after-dashes-tp", {}, ["--", "--tp-size", BIG], [f"--tp-size '{HEAD}", "(after --)", "out of range"]),
+    ("after-dashes-pp", {}, ["--", "--pp-size", BIG], [f"--pp-size '{HEAD}", "out of range"]),
+    ("dist-port-5000", {"NNODES": "2", "TP_SIZE": "2", "DIST_INIT_ADDR": f"h:{BIG}"}, [], ["DIST_INIT_ADDR='h:1000"]),
+    ("float-5000-digits", {}, ["--", "--mem-fraction-static", BIG], ["--mem-fraction-static", "invalid float"]),
+]
+
+
+@pytest.mark.parametrize(("changes", "args", "expected"), [c[1:] for c in NUMBERS], ids=[c[0] for c in NUMBERS])
+def test_numbers_past_ints_digit_limit_are_one_line(setup, changes, args, expected):
+    proc = run_entrypoint(["eagle3", "--dry-run", *args], {**setup["env"], **changes})
+    assert_refused(proc, *expected)
+
+
+CONFIG_NUMBERS = [
+    ("target-hidden-size", "MODEL_PATH", '{"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": %s}'),
+    ("target-nested", "MODEL_PATH", '{"architectures": ["DeepseekV3ForCausalLM"], "text_config": {"x": [%s]}}'),
+    ("draft-hidden-size", "DRAFT_MODEL_PATH", '{"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": %s}'),
+    ("draft-negative", "DRAFT_MODEL_PATH", '{"architectures": ["LlamaForCausalLMEagle3"], "vocab_size": -%s}'),
+]
+
+
+@pytest.mark.parametrize(("role", "text"), [c[1:] for c in CONFIG_NUMBERS], ids=[c[0] for c in CONFIG_NUMBERS])
+def test_a_config_json_number_past_the_limit_is_one_line(setup, tmp_path, role, text):
+    model = tmp_path / "odd-model"
+    model.mkdir()
+    (model / "config.json").write_text(text.replace("%s", BIG))
+    proc = run_entrypoint(["eagle3", "--dry-run"], {**setup["env"], role: str(model)})
+    assert_refused(proc, f"{role}=", "config.json is not a model's config", "a number of 5001 digits")
+
+
+def test_a_plan_number_past_the_limit_is_one_line(setup, tmp_path):
+    plan = tmp_path / "big-plan.json"
+    plan.write_text(synthetic_plan(tmp_path / "p.json").read_text().replace('"port": 30000', f'"port": {BIG}'))
+    proc = run_entrypoint(["baseline", "--dry-run"], {**setup["env"], "SM120_PLAN": str(plan)})
+    assert_refused(proc, "SM120_PLAN=", "not a plan", "a number of 5001 digits")
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. Addresses that parse but cannot work
+# --------------------------------------------------------------------------------------------------
+
+TWO_NODES = {"NNODES": "2", "TP_SIZE": "2"}
+ADDRESSES: list[tuple[str, dict[str, str], list[str]]] = [
+    ("host-bracketed-v6", {"HOST": "[::1]"}, ["HOST='[::1]'", "in brackets cannot be bound", "e.g. ::1"]),
+    ("host-bracketed-any", {"HOST": "[::]"}, ["HOST='[::]'", "brackets"]),
+    ("host-bracketed-v4", {"HOST": "[0.0.0.0]"}, ["HOST='[0.0.0.0]' is not a host name or address"]),
+    ("host-open-bracket", {"HOST": "[::1"}, ["HOST='[::1'"]),
+    ("host-close-bracket", {"HOST": "::1]"}, ["HOST='::1]'"]),
+    ("host-bracket-in-name", {"HOST": "a[b]"}, ["HOST='a[b]'"]),
+    ("host-bracketed-zone", {"HOST": "[fe80::1%eth0]"}, ["HOST='[fe80::1%eth0]'", "brackets"]),
+    ("host-after-dashes", {"EXTRA_ARGS": "--host [::1]"}, ["--host '[::1]' (in EXTRA_ARGS)"]),
+    ("dist-octet-300", {**TWO_NODES, "DIST_INIT_ADDR": "300.1.1.1:5000"}, ["'300.1.1.1' is not a host name"]),
+    ("dist-octet-256", {**TWO_NODES, "DIST_INIT_ADDR": "10.0.0.256:5000"}, ["DIST_INIT_ADDR='10.0.0.256:5000'"]),
+    ("dist-five-parts", {**TWO_NODES, "DIST_INIT_ADDR": "1.2.3.4.5:5000"}, ["'1.2.3.4.5'"]),
+    ("dist-octet-zero-lead", {**TWO_NODES, "DIST_INIT_ADDR": "010.0.0.1:5000"}, ["'010.0.0.1'", "no leading zeros"]),
+    ("dist-port-zero-lead", {**TWO_NODES, "DIST_INIT_ADDR": "10.0.0.1:05000"}, ["the port '05000' is not a port"]),
+    ("dist-port-zero", {**TWO_NODES, "DIST_INIT_ADDR": "10.0.0.1:0"}, ["the port '0'"]),
+    ("dist-port-65536", {**TWO_NODES, "DIST_INIT_ADDR": "10.0.0.1:65536"}, ["the port '65536'"]),
+    ("dist-port-plus", {**TWO_NODES, "DIST_INIT_ADDR": "h:+5000"}, ["the port '+5000'"]),
+    ("dist-port-digits", {**TWO_NODES, "DIST_INIT_ADDR": "h:٥٠٠٠"}, ["DIST_INIT_ADDR='h:٥٠٠٠'"]),
+    ("dist-no-port", {**TWO_NODES, "DIST_INIT_ADDR": "10.0.0.1"}, ["DIST_INIT_ADDR='10.0.0.1' is not host:port"]),
+    ("dist-no-host", {**TWO_NODES, "DIST_INIT_ADDR": ":5000"}, ["DIST_INIT_ADDR=':5000'", "no host"]),
+    ("dist-bad-v6", {**TWO_NODES, "DIST_INIT_ADDR": "[::g]:5000"}, ["'::g' is not an IPv6 address"]),
+    ("dist-v4-in-brackets", {**TWO_NODES, "DIST_INIT_ADDR": "[10.0.0.1]:5000"}, ["[address]:port"]),
+    ("dist-v6-unbracketed", {**TWO_NODES, "DIST_INIT_ADDR": "fd00::1:5000"}, ["in brackets, [address]:port"]),
+    ("dist-v6-no-port", {**TWO_NODES, "DIST_INIT_ADDR": "[fd00::1]"}, ["DIST_INIT_ADDR='[fd00::1]'"]),
+    ("dist-v6-empty-port", {**TWO_NODES, "DIST_INIT_ADDR": "[fd00::1]:"}, ["the port ''"]),
+    ("dist-name-dash-first", {**TWO_NODES, "DIST_INIT_ADDR": "-x:5000"}, ["'-x' is not a host name"]),
+    ("dist-name-double-dot", {**TWO_NODES, "DIST_INIT_ADDR": "a..b:5000"}, ["'a..b'"]),
+    ("dist-space", {**TWO_NODES, "DIST_INIT_ADDR": "a b:5000"}, ["'a b'"]),
+    ("port-empty", {"PORT": ""}, ["PORT='' is empty", "HEALTHCHECK", "unset PORT"]),
+    ("port-blank", {"PORT": "  "}, ["PORT='  ' is empty", "HEALTHCHECK"]),
+]
+
+
+@pytest.mark.parametrize(("changes", "expected"), [c[1:] for c in ADDRESSES], ids=[c[0] for c in ADDRESSES])
+def test_addresses_that_cannot_work_are_one_line(setup, changes, expected):
+    proc = run_entrypoint(["eagle3", "--dry-run"], {**setup["env"], **changes})
+    assert_refused(proc, *expected)
+
+
+WORKING = [
+    ("lws-leader-name", {**TWO_NODES, "DIST_INIT_ADDR": "sglang-0.sglang.default:5000"}, "--dist-init-addr"),
+    ("fqdn", {**TWO_NODES, "DIST_INIT_ADDR": "sglang-0.sglang.default.svc.cluster.local:29500"}, "--dist-init-addr"),
+    ("short-name", {**TWO_NODES, "DIST_INIT_ADDR": "leader:5000"}, "--dist-init-addr"),
+    ("compose-name", {**TWO_NODES, "DIST_INIT_ADDR": "node_0:5000"}, "--dist-init-addr"),
+    ("ipv4", {**TWO_NODES, "DIST_INIT_ADDR": "10.0.0.1:5000"}, "--dist-init-addr"),
+    ("ipv6", {**TWO_NODES, "DIST_INIT_ADDR": "[fd00::1]:65535"}, "--dist-init-addr"),
+    ("host-ipv6", {"HOST": "::1"}, "--host"),
+    ("host-ipv6-any", {"HOST": "::"}, "--host"),
+    ("host-zone", {"HOST": "fe80::1%eth0"}, "--host"),
+    ("host-name", {"HOST": "localhost"}, "--host"),
+    ("port-unset", {}, "--port"),
+]
+
+
+@pytest.mark.parametrize(("changes", "option"), [c[1:] for c in WORKING], ids=[c[0] for c in WORKING])
+def test_host_names_and_good_addresses_keep_working(setup, changes, option):
+    env = {**setup["env"], **changes}
+    env.pop("PORT", None)
+    line = dry_run_line(run_entrypoint(["eagle3", "--dry-run"], env))
+    words = line.split()
+    value = words[words.index(option) + 1].strip("'")
+    expected = {"--dist-init-addr": changes.get("DIST_INIT_ADDR"), "--host": changes.get("HOST"), "--port": "30000"}
+    assert value == expected[option], line
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. A FIFO where a file is read; a full stdout (`--dry-run > /dev/full`): one line, exit 1, not Python's
+#    "Exception ignored" and 120
+# --------------------------------------------------------------------------------------------------
+
+FIFOS = [
+    ("sglang-config", lambda fifo: (["--", "--config", str(fifo)], {}), ["--config", "a FIFO, not a YAML file"]),
+    ("sm120-plan", lambda fifo: ([], {"SM120_PLAN": str(fifo)}), ["SM120_PLAN=", "not a regular file"]),
+]
+
+
+@pytest.mark.parametrize(("make", "expected"), [c[1:] for c in FIFOS], ids=[c[0] for c in FIFOS])
+def test_a_fifo_where_a_file_is_read_does_not_hang(setup, tmp_path, make, expected):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    args, changes = make(fifo)
+    proc = run_entrypoint(["baseline", "--dry-run", *args], {**setup["env"], **changes}, timeout=60)
+    assert_refused(proc, *expected)
+
+
+FULL_STDOUT = [
+    ("dry-run", ["baseline", "--dry-run"]),
+    ("help", ["--help"]),
+    ("sglang-help", ["baseline", "--dry-run", "--", "--help"]),
+]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("args", [c[1] for c in FULL_STDOUT], ids=[c[0] for c in FULL_STDOUT])
+def test_a_full_stdout_is_one_line(setup, args, unbuffered):
+    env = {**setup["env"], **({"PYTHONUNBUFFERED": "1"} if unbuffered else {})}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, str(ENTRYPOINT), *args],
+            stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+    lines = stderr_lines(proc)
+    assert proc.returncode == 1, proc.stderr
+    assert lines[-1] == "entrypoint: error: cannot write to standard output: No space left on device", proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert len([line for line in lines if line.startswith("entrypoint: error")]) == 1, proc.stderr

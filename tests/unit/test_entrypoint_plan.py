@@ -1,5 +1,6 @@
 """T0: the entrypoint's part of build.toml and of the plan: mode presets, runtime rules (names, conditions, the
-patch a rule needs -> that patch's upstream_check in the plan), left-out flags; and bad rules are refused."""
+patch a rule needs -> that patch's upstream_check in the plan), left-out flags; and bad rules are refused, as are
+presets the entrypoint would refuse at every start (abbreviations, a word first, a second '--')."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from sm120.image.entrypoint import spec
 from sm120.plan import config as cfg
 from sm120.plan import resolve as planmod
 from sm120.plan import resources as res
-from tests.helpers import write_config
+from tests.helpers import run_cli, write_config
+from tests.unit.test_cli import assert_usage
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE = res.Resources(cpus=2, memory_bytes=24 * 1024**3, source="test")
@@ -150,3 +152,94 @@ def test_the_conditions_mean_what_build_toml_says():
         "tp>1": True,
         "single-node": True,
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# Presets that cannot start
+# --------------------------------------------------------------------------------------------------
+
+
+EAGLE3_ARGS = 'args = ["--speculative-algorithm", "EAGLE3"]'
+PRESETS: list[tuple[str, str, str, list[str]]] = [
+    (
+        "mode-abbreviation",
+        EAGLE3_ARGS,
+        'args = ["--speculative-algo", "EAGLE3"]',
+        ["modes.eagle3.args", "--speculative-algo is an abbreviation of --speculative-algorithm"],
+    ),
+    (
+        "mode-tp-abbreviation",
+        EAGLE3_ARGS,
+        'args = ["--speculative-algorithm", "EAGLE3", "--tp", "4"]',
+        ["--tp is an abbreviation of --tp-size"],
+    ),
+    (
+        "mode-ambiguous",
+        EAGLE3_ARGS,
+        'args = ["--speculative-algorithm", "EAGLE3", "--speculative-num", "4"]',
+        ["--speculative-num is an abbreviation of 2 options"],
+    ),
+    (
+        "mode-inline-value",
+        EAGLE3_ARGS,
+        'args = ["--speculative-algorithm=EAGLE3", "--po=8000"]',
+        ["--po is an abbreviation of --port"],
+    ),
+    (
+        "mode-word-first",
+        EAGLE3_ARGS,
+        'args = ["EAGLE3", "--speculative-algorithm", "EAGLE3"]',
+        ["'EAGLE3' is not an option"],
+    ),
+    ("mode-second-dashes", EAGLE3_ARGS, 'args = ["--speculative-algorithm", "EAGLE3", "--", "--x"]', ["a second '--'"]),
+    (
+        "baseline-abbreviation",
+        "args = []",
+        'args = ["--mem-frac", "0.8", "--host", "0.0.0.0", "--nnode", "1"]',
+        ["modes.baseline.args", "--nnode"],
+    ),
+    (
+        "rule-abbreviation",
+        'args = ["--quantization", "modelopt_fp4"]',
+        'args = ["--quant", "modelopt_fp4"]',
+        ["runtime.", "(rule nvfp4-quantization)", "--quant is an abbreviation of --quantization"],
+    ),
+    (
+        "rule-second-dashes",
+        'args = ["--enable-torch-symm-mem"]',
+        'args = ["--enable-torch-symm-mem", "--", "x"]',
+        ["runtime.", "a second '--'"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [c[1:] for c in PRESETS], ids=[c[0] for c in PRESETS])
+def test_presets_the_entrypoint_would_refuse_are_refused_by_plan(capsys, tmp_path, old, new, expected):
+    config = write_config(tmp_path, edit=lambda text: text.replace(old, new, 1))
+    assert new in config.read_text()
+    rc, _, err = run_cli(capsys, "plan", "--config", str(config))
+    assert_usage(rc, err, "the entrypoint would refuse it at every start", *expected)
+
+
+def test_presets_the_entrypoint_takes_still_plan(capsys, tmp_path):
+    """Full spellings, aliases and options the entrypoint does not rely on pass (the image's own SGLang parser
+    judges an unknown option at start: its option list is not known at plan time)."""
+    new = 'args = ["--speculative-algorithm", "EAGLE3", "--mem-fraction-static", "0.8", "--model", "x", "--no-such"]'
+    config = write_config(tmp_path, edit=lambda text: text.replace(EAGLE3_ARGS, new, 1))
+    rc, _, err = run_cli(capsys, "plan", "--config", str(config))
+    assert rc == 0, err
+
+
+class _Rule:
+    def __init__(self, name: str, args: list[str]) -> None:
+        self.name, self.args = name, args
+
+
+def test_check_mode_args_takes_a_modes_args_and_its_tracks_rules():
+    """The function config validation calls per (track, mode): where modes live in build.toml may change."""
+    rules = [_Rule("ok", ["--enable-torch-symm-mem"]), _Rule("bad", ["--moe-runner", "triton"])]
+    cfg.check_mode_args("build.toml", "eagle3", ["--speculative-algorithm", "EAGLE3"], rules[:1])
+    with pytest.raises(UsageError, match=r"build.toml: tracks\.x\.runtime\.1\.args \(rule bad\): .*--moe-runner"):
+        cfg.check_mode_args("build.toml", "eagle3", [], rules, rules_key="tracks.x.runtime")
+    with pytest.raises(UsageError, match=r"build.toml: tracks\.x\.modes\.eagle3\.args: .*--speculative-draft"):
+        cfg.check_mode_args("build.toml", "eagle3", ["--speculative-draft", "x"], mode_key="tracks.x.modes.eagle3")

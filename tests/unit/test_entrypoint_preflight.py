@@ -1,10 +1,12 @@
 """T0: the checks before SGLang starts, with the GPUs faked: NVML (a stand-in libnvidia-ml.so.1 compiled here)
-and nvidia-smi (a script); /dev/shm's size; the JIT cache directories."""
+and nvidia-smi (a script); /dev/shm's size; the JIT cache directories; and, through the entrypoint, the port and
+host SGLang would listen on (only when starting) and CUDA_VISIBLE_DEVICES naming a GPU twice (--dry-run too)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from sm120.image.entrypoint import errors, preflight
-from tests.entrypoint_helpers import RTX_PRO, fake_nvidia_smi
+from tests.entrypoint_helpers import RTX_PRO, fake_nvidia_smi, run_entrypoint, standin_run
+from tests.unit.test_entrypoint_bad_input import BIG, HEAD, assert_refused, dry_run_line
 
 UsageError = errors.UsageError
 
@@ -237,3 +240,101 @@ def test_read_only_cache_dir(tmp_path):
             preflight.check_caches(str(cache), {}, errors.Log())
     finally:
         cache.chmod(0o755)
+
+
+# --------------------------------------------------------------------------------------------------
+# Through the entrypoint: the port and host SGLang would listen on; the same GPU twice
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> dict:
+    """The entrypoint run as a process: the stand-in SGLang, 8 fake GPUs, a synthetic plan, two models."""
+    return standin_run(tmp_path)
+
+
+@pytest.fixture
+def taken_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_the_port_already_taken_is_found_when_starting(setup, taken_port):
+    env = {**setup["env"], "HOST": "127.0.0.1", "PORT": str(taken_port)}
+    proc = run_entrypoint(["baseline"], env)
+    assert_refused(proc, f"PORT='{taken_port}'", f"port {taken_port} on 127.0.0.1 is already in use")
+    assert not Path(env["FAKE_SGLANG_RECORD"]).exists(), "SGLang must not be started"
+    # --dry-run touches no socket: the same request is a command there.
+    assert run_entrypoint(["baseline", "--dry-run"], env).returncode == 0
+
+
+LISTEN = [
+    ("not-an-address-here", {"HOST": "192.0.2.123"}, ["192.0.2.123 is not an address of this container"]),
+    ("name-that-does-not-resolve", {"HOST": "no-such-host.invalid"}, ["'no-such-host.invalid' does not resolve"]),
+]
+
+
+@pytest.mark.parametrize(("changes", "expected"), [c[1:] for c in LISTEN], ids=[c[0] for c in LISTEN])
+def test_a_host_sglang_cannot_listen_on_is_found_when_starting(setup, changes, expected):
+    proc = run_entrypoint(["baseline"], {**setup["env"], **changes})
+    assert_refused(proc, *expected)
+
+
+def test_a_free_port_still_starts(setup):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**setup["env"], "HOST": "127.0.0.1", "PORT": str(port)}
+    proc = run_entrypoint(["baseline"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert Path(env["FAKE_SGLANG_RECORD"]).exists()
+
+
+GPUS_TWICE = [
+    ("same-index", "0,0", "GPU 0 twice"),
+    ("leading-zero", "1,01", "GPU 01 twice"),
+    ("uuid", "GPU-a,gpu-A", "twice"),
+]
+
+
+@pytest.mark.parametrize(("visible", "expected"), [c[1:] for c in GPUS_TWICE], ids=[c[0] for c in GPUS_TWICE])
+def test_the_same_gpu_twice_in_cuda_visible_devices(setup, visible, expected):
+    proc = run_entrypoint(["baseline"], {**setup["env"], "CUDA_VISIBLE_DEVICES": visible, "TP_SIZE": "2"})
+    assert_refused(proc, f"CUDA_VISIBLE_DEVICES={visible!r}", expected)
+
+
+# Compose's `check` service runs --dry-run: what CUDA_VISIBLE_DEVICES says as a string is checked there too (the
+# GPUs themselves only when starting).
+GPUS_TWICE_DRY_RUN = [
+    ("same-index", "0,0", ["GPU 0 twice"]),
+    ("same-uuid", "GPU-abc,GPU-abc", ["GPU GPU-abc twice"]),
+    ("uuid-case", "GPU-abc,gpu-ABC", ["twice"]),
+    ("leading-zero", "1,01", ["GPU 01 twice"]),
+    ("spaces", "0, 1,0", ["GPU 0 twice"]),
+    ("not-ascii", "0,١", ["not GPU indices or UUIDs"]),
+    ("control-character", "0,\x1b1", ["not GPU indices or UUIDs"]),
+    ("index-past-9-digits", "0," + BIG, ["not a GPU index", HEAD]),
+]
+
+
+@pytest.mark.parametrize(
+    ("visible", "expected"), [c[1:] for c in GPUS_TWICE_DRY_RUN], ids=[c[0] for c in GPUS_TWICE_DRY_RUN]
+)
+def test_cuda_visible_devices_is_checked_by_dry_run(setup, visible, expected):
+    proc = run_entrypoint(["baseline", "--dry-run"], {**setup["env"], "CUDA_VISIBLE_DEVICES": visible})
+    assert_refused(proc, "CUDA_VISIBLE_DEVICES", *expected)
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("visible", ["0,1", "GPU-abc,GPU-def", "", "-1", "NoDevFiles"])
+def test_dry_run_needs_no_gpu_from_cuda_visible_devices(setup, visible):
+    """A dry run checks the string, not the GPUs: none visible (-1, empty) is for the start to say."""
+    line = dry_run_line(run_entrypoint(["baseline", "--dry-run"], {**setup["env"], "CUDA_VISIBLE_DEVICES": visible}))
+    assert "sglang.launch_server" in line
+
+
+def test_a_gpu_index_past_the_digit_limit(setup):
+    proc = run_entrypoint(["baseline"], {**setup["env"], "CUDA_VISIBLE_DEVICES": BIG})
+    assert_refused(proc, "CUDA_VISIBLE_DEVICES", "not a GPU index")

@@ -14,6 +14,7 @@ checked as rendered. No cluster: what only a cluster proves is T4.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import shlex
@@ -31,10 +32,11 @@ from sm120.image.entrypoint import key_file
 from sm120.plan import config as cfg
 from sm120.plan import resolve as planmod
 from sm120.verify import startup
-from tests.entrypoint_helpers import fake_sglang, real_plan, run_entrypoint
-from tests.helpers import ROOT, run_build_py
+from tests.entrypoint_helpers import fake_sglang, run_entrypoint
+from tests.helpers import ROOT, run_build_py, run_cli
 from tests.kubernetes_pods import (
     MODELS,
+    build_py,
     container,
     entrypoint_env,
     expand,
@@ -51,6 +53,7 @@ from tests.kubernetes_pods import (
 CONFIG = cfg.load()
 PLAN = planmod.resolve(CONFIG)
 MODES = sorted(PLAN.entrypoint.modes)
+ALL_MODES = {mode for track in CONFIG.tracks for mode in planmod.resolve(CONFIG, sglang=track).entrypoint.modes}
 NODES = [2, 3]
 GPUS = 8
 REGISTRY = "registry.example.com/team"
@@ -61,6 +64,7 @@ LWS_SCHEMA = ROOT / "deploy" / "kubernetes" / "schema" / "leaderworkerset-v1.sch
 KUBERNETES = ["1.26", "1.36"]
 LWS_EMBEDS = "1.36"
 HTTP_PORT = kubernetes.HTTP_PORT_NAME
+KUSTOMIZATION = kubernetes.KUSTOMIZATION
 
 
 def options(nodes: int, mode: str, *extra: str) -> list[str]:
@@ -68,6 +72,28 @@ def options(nodes: int, mode: str, *extra: str) -> list[str]:
     if PLAN.entrypoint.modes[mode].draft:
         opts += ["--draft-model-path", MODELS["DRAFT_MODEL_PATH"]]
     return [*opts, "--registry", REGISTRY, "--namespace", NAMESPACE, *extra]
+
+
+def deploy(capsys, out: Path, *opts: str) -> str:
+    """`build.py deploy kubernetes OPTS --out OUT` (its main, in this process): what it prints."""
+    rc, stdout, err = run_cli(capsys, "deploy", "kubernetes", *opts, "--out", str(out))
+    assert rc == 0, err
+    return stdout
+
+
+def header_command(out: Path) -> list[str]:
+    """The command kustomization.yaml's header says writes it, as a shell splits it."""
+    words = shlex.split((out / KUSTOMIZATION).read_text().splitlines()[1].removeprefix("#"))
+    assert words[:4] == ["python3", "build.py", "deploy", "kubernetes"], words
+    return words
+
+
+def assert_header_writes_it_again(capsys, out: Path) -> None:
+    """Run the header's command: kustomization.yaml comes out the same, byte for byte (the copies are the bases')."""
+    text = (out / KUSTOMIZATION).read_text()
+    rc, _, err = run_cli(capsys, *header_command(out)[2:])
+    assert rc == 0, err
+    assert (out / KUSTOMIZATION).read_text() == text
 
 
 @pytest.fixture(scope="module")
@@ -87,16 +113,25 @@ CASES = [pytest.param(n, m, id=f"{n}nodes-{m}") for n in NODES for m in MODES]
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def kubernetes_definitions(version: str) -> dict[str, Any]:
-    return kubernetes_validate.utils.schema_contents(
+@functools.cache
+def lws_validator(version: str = LWS_EMBEDS) -> jsonschema.Draft202012Validator:
+    """LWS's schema, its pod templates against Kubernetes' definitions of `version`: built once."""
+    definitions = kubernetes_validate.utils.schema_contents(
         f"kubernetes-json-schema/v{version}.0-local-strict/_definitions.json", version
     )
+    registry = Resource.from_contents(definitions) @ Registry()
+    return jsonschema.Draft202012Validator(json.loads(LWS_SCHEMA.read_text()), registry=registry)
 
 
-def lws_validator(version: str = LWS_EMBEDS) -> jsonschema.Draft202012Validator:
-    schema = json.loads(LWS_SCHEMA.read_text())
-    registry = Resource.from_contents(kubernetes_definitions(version)) @ Registry()
-    return jsonschema.Draft202012Validator(schema, registry=registry)
+@pytest.fixture(scope="module", autouse=True)
+def schemas_read_once():
+    """kubernetes-validate reads a kind's schema and the definitions (1.6 MB of JSON) from disk on every call: here
+    each file once (the validation itself is the library's, unchanged)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            kubernetes_validate.utils, "schema_contents", functools.cache(kubernetes_validate.utils.schema_contents)
+        )
+        yield
 
 
 def core_documents(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -111,24 +146,23 @@ def core_documents(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def validate_all(docs: list[dict[str, Any]], versions=tuple(KUBERNETES)) -> None:
+    """Every resource against Kubernetes' schemas (strict), a LeaderWorkerSet against LWS's too."""
+    lws = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
+    for doc in core_documents(docs) if lws else docs:
+        for version in versions:
+            kubernetes_validate.validate(doc, version, strict=True)
+    for doc in lws:
+        lws_validator().validate(doc)
+
+
 # Each rendering is validated as written and with the API key's Secret (--api-key-secret; its fixture below).
-RENDERINGS = pytest.mark.parametrize("rendering", ["rendered", "rendered_with_key"], ids=["no-key", "api-key"])
-
-
-@RENDERINGS
-@pytest.mark.parametrize("version", KUBERNETES)
+@pytest.mark.parametrize("rendering", ["rendered", "rendered_with_key"], ids=["no-key", "api-key"])
 @pytest.mark.parametrize(("nodes", "mode"), CASES)
-def test_every_resource_validates_against_kubernetes_schemas(request, rendering, nodes, mode, version):
+def test_every_resource_validates_against_kubernetes_and_lws_schemas(request, rendering, nodes, mode):
     docs = request.getfixturevalue(rendering)[nodes, mode]
     assert sorted(d["kind"] for d in docs) == ["ConfigMap", "LeaderWorkerSet", "NetworkPolicy", "Service"]
-    for doc in core_documents(docs):
-        kubernetes_validate.validate(doc, version, strict=True)
-
-
-@RENDERINGS
-@pytest.mark.parametrize(("nodes", "mode"), CASES)
-def test_the_leaderworkerset_validates_against_the_lws_schema(request, rendering, nodes, mode):
-    lws_validator().validate(one(request.getfixturevalue(rendering)[nodes, mode], "LeaderWorkerSet"))
+    validate_all(docs)
 
 
 BROKEN = {
@@ -271,9 +305,11 @@ def image_like(tmp_path_factory) -> dict[str, Any]:
     (tmp / "cache").mkdir()
     site = fake_sglang(tmp / "site", version=PLAN.sglang_version, kimi_hooks=True)
     with_admin_option(site)
+    # As the image build writes /etc/sglang-sm120/plan.json (tests.entrypoint_helpers.real_plan, in this process).
+    (tmp / "plan.json").write_text(build_py("plan", "--json", "--sglang", PLAN.sglang_version, "--profile", "offline"))
     return {
         "volume": models_volume(tmp / "models-volume"),
-        "SM120_PLAN": str(real_plan(tmp / "plan.json", PLAN.sglang_version)),
+        "SM120_PLAN": str(tmp / "plan.json"),
         "PYTHONPATH": str(site),
         "SM120_CACHE_DIR": str(tmp / "cache"),
     }
@@ -307,7 +343,9 @@ def dist_init_port(docs: list[dict[str, Any]]) -> int:
 
 @pytest.mark.parametrize(("nodes", "mode"), CASES)
 def test_every_pods_dry_run_names_its_rank_and_the_leader(rendered, image_like, nodes, mode):
+    """Without --api-key-secret: nothing of a key in the manifests or the command, and the leader warns."""
     docs = rendered[nodes, mode]
+    assert key_file.VARIABLE not in json.dumps(docs)
     lws = one(docs, "LeaderWorkerSet")
     # What LWS injects for group 0 in our namespace: a DNS name, not an IP address (the entrypoint must take it).
     leader = f"{lws['metadata']['name']}-0.{lws['metadata']['name']}.{NAMESPACE}"
@@ -329,6 +367,9 @@ def test_every_pods_dry_run_names_its_rank_and_the_leader(rendered, image_like, 
             )
         # torch symmetric memory maps peers' memory through CUDA IPC: one node only, so not here.
         assert "--enable-torch-symm-mem" not in argv
+        assert key_parts(template(lws, index)) == ([], [], []) and key_file.OPTION not in argv
+        # HOST is 0.0.0.0 in a pod: the leader says it serves without a key; the workers serve no API.
+        assert (NO_KEY_WARNING in proc.stderr) == (index == 0), (index, proc.stderr)
 
 
 def test_pipeline_parallel_over_the_nodes_from_the_literals(rendered, image_like):
@@ -450,6 +491,8 @@ def test_the_key_is_a_read_only_secret_file_on_the_leader_alone(rendered, render
 def test_the_leaders_dry_run_takes_the_key_from_the_secret_and_masks_it(
     rendered_with_key, image_like, tmp_path, nodes, mode
 ):
+    """The leader's alone; with no admin key the entrypoint adds one nobody knows (masked too), closing the admin
+    routes."""
     docs = rendered_with_key[nodes, mode]
     lws = one(docs, "LeaderWorkerSet")
     secrets = {SECRET: {SECRET_KEY: API_KEY + "\n"}}  # as `--from-file` stores a file from `openssl rand > FILE`
@@ -462,44 +505,24 @@ def test_the_leaders_dry_run_takes_the_key_from_the_secret_and_masks_it(
         assert f"accepted by SGLang {PLAN.sglang_version}'s own parser" in proc.stdout
         _, argv = startup.split_command(shlex.split(proc.stdout.strip().splitlines()[-1]))
         if index == 0:
-            assert argv[-2:] == [key_file.OPTION, key_file.MASK], argv
+            assert argv[-4:] == [key_file.ADMIN_OPTION, key_file.MASK, key_file.OPTION, key_file.MASK], argv
             assert key_file.read(env[key_file.VARIABLE]).value == API_KEY  # the file the entrypoint was given
+            assert "admin routes closed" in proc.stderr
         else:
             assert key_file.OPTION not in argv and key_file.VARIABLE not in env
         assert startup.option_value(argv, "--node-rank") == str(index)
 
 
-@pytest.mark.parametrize(("nodes", "mode"), CASES)
-def test_without_the_option_nothing_of_a_key_and_the_leader_warns(rendered, image_like, nodes, mode):
-    docs = rendered[nodes, mode]
-    assert key_file.VARIABLE not in json.dumps(docs)
-    lws = one(docs, "LeaderWorkerSet")
-    for index in range(nodes):
-        assert key_parts(template(lws, index)) == ([], [], [])
-        proc = run_entrypoint(
-            [*container(template(lws, index))["args"], "--dry-run"], image_env(docs, index, image_like)
-        )
-        assert proc.returncode == 0, proc.stderr
-        assert key_file.OPTION not in shlex.split(proc.stdout.strip().splitlines()[-1])
-        # HOST is 0.0.0.0 in a pod: the leader says it serves without a key; the workers serve no API.
-        assert (NO_KEY_WARNING in proc.stderr) == (index == 0), (index, proc.stderr)
-
-
-def test_the_api_key_options_reach_the_header_and_the_output(tmp_path):
+def test_the_api_key_options_reach_the_header_and_the_output(capsys, tmp_path):
     out = tmp_path / "out"
-    proc = run_build_py("deploy", "kubernetes", *options(2, MODES[0], *with_key()), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
+    printed = deploy(capsys, out, *options(2, MODES[0], *with_key()))
     create = f"kubectl create secret generic {SECRET} -n {NAMESPACE} --from-file={SECRET_KEY}=FILE"
-    assert create in proc.stdout
-    text = (out / "kustomization.yaml").read_text()
+    assert create in printed
+    text = (out / KUSTOMIZATION).read_text()
     assert create in text and "components/api-key" in text
     # The header's command writes the same directory again, the key's Secret included.
-    header = text.splitlines()[1]
-    assert f"--api-key-secret {SECRET} --api-key-secret-key {SECRET_KEY}" in header
-    docs = kustomize(out)
-    again = run_build_py(*shlex.split(header.removeprefix("#   python3 build.py ")))
-    assert again.returncode == 0, again.stderr
-    assert kustomize(out) == docs
+    assert f"--api-key-secret {SECRET} --api-key-secret-key {SECRET_KEY}" in text.splitlines()[1]
+    assert_header_writes_it_again(capsys, out)
     # The Secret's own key by default: the one components/api-key names.
     docs = render(tmp_path / "default-key", *options(2, MODES[0], "--api-key-secret", SECRET))
     ((volume,), _, _) = key_parts(template(one(docs, "LeaderWorkerSet"), 0))
@@ -508,8 +531,8 @@ def test_the_api_key_options_reach_the_header_and_the_output(tmp_path):
 
 def test_the_key_components_are_not_modes():
     for name in kubernetes.KEY_COMPONENTS:
-        assert name not in kubernetes.modes_with_components()
-        assert (kubernetes.SOURCE / "components" / name / "kustomization.yaml").is_file()
+        assert name not in ALL_MODES
+        assert (kubernetes.SOURCE / "components" / name / KUSTOMIZATION).is_file()
         # Each component mounts its Secret on the leader of both workloads, and sets the same variable in both.
         read = [kubernetes.KeyComponent.read(name, w) for w in kubernetes.WORKLOADS]
         assert len(set(read)) == 1, read
@@ -540,16 +563,6 @@ def rendered_with_keys(tmp_path_factory) -> dict[tuple[int, str, str], list[dict
                 directory = tmp_path_factory.mktemp(f"k8s-{which}-{nodes}-{mode}")
                 out[nodes, mode, which] = render(directory, *options(nodes, mode, *extra))
     return out
-
-
-def validate_all(docs: list[dict[str, Any]], versions=tuple(KUBERNETES)) -> None:
-    """Every resource against Kubernetes' schemas (strict), a LeaderWorkerSet against LWS's too."""
-    lws = [d for d in docs if d["kind"] == "LeaderWorkerSet"]
-    for doc in core_documents(docs) if lws else docs:
-        for version in versions:
-            kubernetes_validate.validate(doc, version, strict=True)
-    for doc in lws:
-        lws_validator().validate(doc)
 
 
 def secret_files(pod: dict[str, Any]) -> dict[str, tuple[dict, dict, dict]]:
@@ -624,19 +637,6 @@ def test_the_admin_key_alone_opens_no_api_key(rendered_with_keys, image_like, tm
     assert NO_KEY_WARNING in proc.stderr
 
 
-@pytest.mark.parametrize(("nodes", "mode"), CASES)
-def test_an_api_key_alone_closes_the_admin_routes(rendered_with_key, image_like, tmp_path, nodes, mode):
-    """With --api-key-secret and no admin key, the entrypoint passes an admin key nobody knows (masked too)."""
-    docs = rendered_with_key[nodes, mode]
-    leader = template(workload(docs), 0)
-    env = image_env(docs, 0, image_like, secrets={SECRET: {SECRET_KEY: API_KEY}}, secrets_dir=tmp_path)
-    proc = run_entrypoint([*container(leader)["args"], "--dry-run"], env)
-    assert proc.returncode == 0, proc.stderr
-    _, argv = startup.split_command(shlex.split(proc.stdout.strip().splitlines()[-1]))
-    assert argv[-4:] == [key_file.ADMIN_OPTION, key_file.MASK, key_file.OPTION, key_file.MASK], argv
-    assert "admin routes closed" in proc.stderr
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Requests, /dev/shm, placement: each input reaches every pod template of both workloads
 # ---------------------------------------------------------------------------------------------------------------
@@ -682,7 +682,9 @@ PLACEMENT = [
     ("extra", "wanted_requests", "shm", "selector", "tolerate"),
     [pytest.param(*case[1:], id=case[0]) for case in PLACEMENT],
 )
-def test_requests_shm_and_placement_reach_every_pod(tmp_path, nodes, extra, wanted_requests, shm, selector, tolerate):
+def test_requests_shm_and_placement_reach_every_pod(
+    capsys, tmp_path, nodes, extra, wanted_requests, shm, selector, tolerate
+):
     docs = render(tmp_path / "out", *options(nodes, MODES[0], *extra))
     validate_all(docs, versions=(LWS_EMBEDS,))
     lws = workload(docs)
@@ -696,10 +698,7 @@ def test_requests_shm_and_placement_reach_every_pod(tmp_path, nodes, extra, want
         assert pod["spec"].get("nodeSelector") == selector
         assert pod["spec"].get("tolerations") == tolerate
     # The header's command writes the same directory again, repeated options included.
-    header = (tmp_path / "out" / "kustomization.yaml").read_text().splitlines()[1]
-    again = run_build_py(*shlex.split(header.removeprefix("#   python3 build.py ")))
-    assert again.returncode == 0, again.stderr
-    assert kustomize(tmp_path / "out") == docs
+    assert_header_writes_it_again(capsys, tmp_path / "out")
 
 
 def test_default_requests_follow_the_gpus(tmp_path):
@@ -791,14 +790,12 @@ def rendered_single(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
     return {mode: render(tmp_path_factory.mktemp(f"k8s-single-{mode}"), *options(1, mode)) for mode in MODES}
 
 
-@pytest.mark.parametrize("version", KUBERNETES)
 @pytest.mark.parametrize("mode", MODES)
-def test_one_node_is_a_statefulset_that_validates(rendered_single, mode, version):
+def test_one_node_is_a_statefulset_that_validates(rendered_single, mode):
     docs = rendered_single[mode]
     assert sorted(d["kind"] for d in docs) == ["ConfigMap", "NetworkPolicy", "Service", "Service", "StatefulSet"]
     assert "LeaderWorkerSet" not in json.dumps(docs) and "LWS_" not in json.dumps(docs), "nothing of LWS"
-    for doc in docs:
-        kubernetes_validate.validate(doc, version, strict=True)
+    validate_all(docs)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -857,14 +854,13 @@ def test_the_one_pods_dry_run_serves_on_one_node(rendered_single, image_like, mo
     assert NO_KEY_WARNING in proc.stderr
 
 
-def test_one_node_output_names_the_statefulset(tmp_path):
+def test_one_node_output_names_the_statefulset(capsys, tmp_path):
     out = tmp_path / "out"
-    proc = run_build_py("deploy", "kubernetes", *options(1, MODES[0], *with_key(), *with_admin()), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    assert "a StatefulSet" in proc.stdout
+    printed = deploy(capsys, out, *options(1, MODES[0], *with_key(), *with_admin()))
+    assert "a StatefulSet" in printed
     for secret, key in ((SECRET, SECRET_KEY), (ADMIN_SECRET, ADMIN_SECRET_KEY)):
         create = f"kubectl create secret generic {secret} -n {NAMESPACE} --from-file={key}=FILE"
-        assert create in proc.stdout and create in (out / "kustomization.yaml").read_text()
+        assert create in printed and create in (out / KUSTOMIZATION).read_text()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -873,9 +869,9 @@ def test_one_node_output_names_the_statefulset(tmp_path):
 
 
 def test_every_mode_of_every_track_has_its_component():
-    for track in CONFIG.tracks:
-        plan = planmod.resolve(CONFIG, sglang=track)
-        assert set(plan.entrypoint.modes) <= kubernetes.modes_with_components()
+    """components/<mode> for each mode of build.toml (`--mode` names it); the others are the keys'."""
+    components = {path.parent.name for path in (kubernetes.SOURCE / "components").glob(f"*/{KUSTOMIZATION}")}
+    assert components == ALL_MODES | set(kubernetes.KEY_COMPONENTS)
 
 
 def test_the_choices_reach_the_manifests(tmp_path):
@@ -894,10 +890,8 @@ def test_the_choices_reach_the_manifests(tmp_path):
         "--sglang",
         sorted(CONFIG.tracks)[-1],
     )
-    for doc in core_documents(docs):
-        kubernetes_validate.validate(doc, LWS_EMBEDS, strict=True)
+    validate_all(docs, versions=(LWS_EMBEDS,))
     lws = one(docs, "LeaderWorkerSet")
-    lws_validator().validate(lws)
     assert lws["spec"]["leaderWorkerTemplate"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"] == {
         "storage": "200Gi"
     }
@@ -936,20 +930,21 @@ def test_writing_again_replaces_the_copies_and_keeps_the_directory_applicable(tm
     docs = render(out, *options(3, MODES[-1]))
     assert not (out / "base" / "stale.yaml").exists()
     assert one(docs, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["size"] == 3
-    header = (out / "kustomization.yaml").read_text().splitlines()[1]
-    assert "--nodes 3" in header and f"--mode {MODES[-1]}" in header
-    # The header's command writes the same directory again.
-    again = run_build_py(*shlex.split(header.removeprefix("#   python3 build.py ")))
+    command = header_command(out)
+    assert "--nodes 3" in shlex.join(command) and f"--mode {MODES[-1]}" in shlex.join(command)
+    # The header's command, run as a process the way it is written, writes the same directory again.
+    again = run_build_py(*command[2:])
     assert again.returncode == 0, again.stderr
+    assert f"apply: kubectl apply -k {out}" in again.stdout
     assert kustomize(out) == docs
 
 
-def bad(tmp_path: Path, *args: str) -> str:
-    proc = run_build_py("deploy", "kubernetes", *args)
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert 1 <= len(lines) <= 3 and "Traceback" not in proc.stderr, proc.stderr
-    return proc.stderr
+def refused(capsys, *args: str) -> str:
+    """`build.py deploy kubernetes ARGS` (its main, in this process): exit 2 in one to three lines; its stderr."""
+    rc, out, err = run_cli(capsys, "deploy", "kubernetes", *args)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and not out and 1 <= len(lines) <= 3, (rc, out, err)
+    return err
 
 
 BASE_ARGS = ["--nodes", "2", "--gpus", "8", "--model-path", "/models/m"]
@@ -967,7 +962,6 @@ BAD_INPUT = [
     ("ifname", ["--mode", "baseline", "--nccl-socket-ifname", "eth0 eth1"], ["one network interface"]),
     ("rdma-alone", ["--mode", "baseline", "--rdma-resource", "rdma/ib"], ["only with --infiniband"]),
     ("cache-size", ["--mode", "baseline", "--cache-size", "lots"], ["--cache-size 'lots'"]),
-    ("registry", ["--mode", "baseline", "--registry", "ghcr.io/my org"], ["--registry 'ghcr.io/my org'"]),
     ("track", ["--mode", "baseline", "--sglang", "0.4.0"], ["0.4.0"]),
     ("pvc-dots", ["--mode", "baseline", "--models-pvc", "models..a"], ["--models-pvc 'models..a'"]),
     ("secret-name", ["--mode", "baseline", "--api-key-secret", "My_Key"], ["--api-key-secret 'My_Key'", "DNS-1123"]),
@@ -1004,35 +998,72 @@ BAD_INPUT = [
 
 
 @pytest.mark.parametrize(("args", "expected"), [pytest.param(a, e, id=i) for i, a, e in BAD_INPUT])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
-    merged = dict(zip(BASE_ARGS[::2], BASE_ARGS[1::2], strict=True))
-    rest: list[str] = []
-    it = iter(args)
-    for a in it:
-        value = next(it)
-        if a in merged:
-            merged[a] = value
-        else:
-            rest += [a, value]
-    argv = [x for kv in merged.items() for x in kv] + rest + ["--out", str(tmp_path / "out")]
-    err = bad(tmp_path, *argv)
+def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, expected):
+    err = refused(capsys, *BASE_ARGS, *args, "--out", str(tmp_path / "out"))  # the last of an option given twice
     for text in expected:
         assert text in err, (text, err)
     assert not (tmp_path / "out").exists(), "nothing is written on bad input"
 
 
-def test_infiniband_on_one_node_is_refused(tmp_path):
-    err = bad(tmp_path, *BASE_ARGS, "--nodes", "1", "--mode", "baseline", "--infiniband", "--out", str(tmp_path / "o"))
+def test_infiniband_on_one_node_is_refused(capsys, tmp_path):
+    err = refused(capsys, *BASE_ARGS, "--nodes", "1", "--mode", "baseline", "--infiniband", "--out", str(tmp_path))
     assert "--infiniband: only with --nodes 2 or more" in err
 
 
-def test_out_that_is_not_ours(tmp_path):
+def test_out_that_is_not_ours(capsys, tmp_path):
+    """As a process: exit 2, one line, no traceback, and the directory left as it was."""
     foreign = tmp_path / "foreign"
     foreign.mkdir()
-    (foreign / "kustomization.yaml").write_text("resources: [app.yaml]\n")
-    err = bad(tmp_path, *BASE_ARGS, "--mode", "baseline", "--out", str(foreign))
-    assert "did not write" in err
-    assert (foreign / "kustomization.yaml").read_text() == "resources: [app.yaml]\n"
+    (foreign / KUSTOMIZATION).write_text("resources: [app.yaml]\n")
+    proc = run_build_py("deploy", "kubernetes", *BASE_ARGS, "--mode", "baseline", "--out", str(foreign))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"build.py deploy: error: --out {foreign}: ") and "did not write" in line, line
+    assert (foreign / KUSTOMIZATION).read_text() == "resources: [app.yaml]\n"
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    assert "not a directory" in bad(tmp_path, *BASE_ARGS, "--mode", "baseline", "--out", str(a_file))
+    assert "not a directory" in refused(capsys, *BASE_ARGS, "--mode", "baseline", "--out", str(a_file))
+
+
+# --registry: exactly the prefixes `build --registry` takes (one check, sm120/build/image_ref.py `check_registry`), so
+# a manifest never names an image that build could not push. A refused prefix is the same one line from both
+# commands; an accepted one reaches both outputs.
+DEPLOY = ["deploy", "kubernetes", *BASE_ARGS, "--mode", "baseline"]
+REGISTRIES_REFUSED = [
+    ("upper-case", "GHCR.IO/Owner"),
+    ("upper-case-namespace", "ghcr.io/Owner"),
+    ("url", "https://ghcr.io/owner"),
+    ("tag", "ghcr.io/owner:latest"),
+    ("digest", "ghcr.io/owner@sha256:" + "a" * 64),
+    ("space", "ghcr.io/my org"),
+    ("empty", ""),
+    ("slash", "/"),
+]
+REGISTRIES_TAKEN = [
+    ("host", "ghcr.io/owner", "ghcr.io/owner/sglang-sm120:"),
+    ("trailing-slash", "ghcr.io/owner/", "ghcr.io/owner/sglang-sm120:"),
+    ("host-port", "localhost:5000", "localhost:5000/sglang-sm120:"),
+    ("nested", "registry.example.com/team/sub", "registry.example.com/team/sub/sglang-sm120:"),
+]
+
+
+def one_line(rc: int, err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1, (rc, err[-1500:])
+    return lines[0].split(": error: ", 1)[1]
+
+
+@pytest.mark.parametrize("registry", [c[1] for c in REGISTRIES_REFUSED], ids=[c[0] for c in REGISTRIES_REFUSED])
+def test_deploy_and_build_refuse_the_same_registry_in_the_same_words(capsys, tmp_path, registry):
+    build = one_line(*run_cli(capsys, "build", "--print", "--registry", registry)[::2])
+    deploy = one_line(*run_cli(capsys, *DEPLOY, "--registry", registry, "--out", str(tmp_path / "out"))[::2])
+    assert build == deploy and build.startswith(f"--registry {registry!r}"), (build, deploy)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("registry", "shown"), [c[1:] for c in REGISTRIES_TAKEN], ids=[c[0] for c in REGISTRIES_TAKEN])
+def test_deploy_and_build_take_the_same_registry(capsys, tmp_path, registry, shown):
+    rc, out, err = run_cli(capsys, "build", "--print", "--registry", registry)
+    assert rc == 0 and shown in out, err
+    rc, out, err = run_cli(capsys, *DEPLOY, "--registry", registry, "--out", str(tmp_path / "out"))
+    assert rc == 0 and f"image {shown}" in out, err

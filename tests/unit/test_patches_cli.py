@@ -1,16 +1,20 @@
-"""T0: `build.py patches check|apply` as a user runs it, on fake trees (no network): output lines, exit status,
-one-line errors without a traceback."""
+"""T0: `build.py patches check|apply|matrix` as a user runs it, on fake trees (no network): output lines, exit
+status, one-line errors without a traceback; `apply --dest` that cannot be a tree (a file, under a file, read-only)
+is found before any write."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from sm120.errors import UsageError
 from sm120.patches import pypi
-from tests.helpers import ROOT, run_build_py
+from tests.helpers import ROOT, run_build_py, run_cli, unshare_or_skip
+from tests.unit.test_cli import assert_usage, touch
 from tests.unit.test_patching import ORIGINAL, diff, edited, make_tree
 
 AFTER = edited(ORIGINAL, line_5="line 5 patched", line_30="line 30 patched")
@@ -50,6 +54,18 @@ def assert_one_line_error(proc, *, code: int, contains: list[str]) -> None:
     assert len(errors) == 1, proc.stderr
     for text in contains:
         assert text in errors[0], errors[0]
+
+
+@pytest.fixture
+def build_py(capsys):
+    """build.py's main in this process, its answer as a process's (a process adds only the interpreter's start; a
+    check, a conflict, an apply twice and the read-only mounts below run build.py as one)."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        rc, out, err = run_cli(capsys, *args)
+        return subprocess.CompletedProcess(args, rc, out, err)
+
+    return run
 
 
 @pytest.fixture
@@ -102,10 +118,10 @@ def test_apply_in_place_then_again_is_a_no_op(good):
     assert (tree / "sglang/mod.py").read_text() == AFTER
 
 
-def test_apply_to_a_new_folder_leaves_the_source_alone(good, tmp_path: Path):
+def test_apply_to_a_new_folder_leaves_the_source_alone(build_py, good, tmp_path: Path):
     config, tree = good
     dest = tmp_path / "out" / "site-packages"
-    proc = run_build_py(
+    proc = build_py(
         "patches", "apply", "--config", str(config), "--sglang", "0.1.0", "--source", str(tree), "--dest", str(dest)
     )
     assert proc.returncode == 0, proc.stderr
@@ -114,63 +130,63 @@ def test_apply_to_a_new_folder_leaves_the_source_alone(good, tmp_path: Path):
     assert (tree / "sglang/mod.py").read_text() == ORIGINAL
 
 
-def test_apply_with_a_conflict_writes_nothing(good, tmp_path: Path):
+def test_apply_with_a_conflict_writes_nothing(build_py, good, tmp_path: Path):
     config, tree = good
     (tree / "sglang/mod.py").write_text(edited(ORIGINAL, line_4="changed"))
     dest = tmp_path / "out"
-    proc = run_build_py(
+    proc = build_py(
         "patches", "apply", "--config", str(config), "--sglang", "0.1.0", "--source", str(tree), "--dest", str(dest)
     )
     assert_one_line_error(proc, code=1, contains=["sglang 0.1.0", "fake-a", "sglang/mod.py", "hunk #1"])
     assert not (dest / "sglang").exists()
 
 
-def test_apply_refuses_a_tree_of_another_release(good):
+def test_apply_refuses_a_tree_of_another_release(build_py, good):
     config, tree = good
-    proc = run_build_py(
+    proc = build_py(
         "patches", "apply", "--config", str(config), "--sglang", "0.1.1", "--source", str(tree), "--dest", str(tree)
     )
     assert_one_line_error(proc, code=2, contains=["holds SGLang 0.1.0, not 0.1.1"])
     assert (tree / "sglang/mod.py").read_text() == ORIGINAL
 
 
-def test_apply_refuses_a_non_empty_destination(good, tmp_path: Path):
+def test_apply_refuses_a_non_empty_destination(build_py, good, tmp_path: Path):
     config, tree = good
     dest = tmp_path / "busy"
     dest.mkdir()
     (dest / "something").write_text("x")
-    proc = run_build_py(
+    proc = build_py(
         "patches", "apply", "--config", str(config), "--sglang", "0.1.0", "--source", str(tree), "--dest", str(dest)
     )
     assert_one_line_error(proc, code=2, contains=["--dest", "not empty"])
 
 
-def test_corrupt_patch_file_exits_2_naming_it(tmp_path: Path):
+def test_corrupt_patch_file_exits_2_naming_it(build_py, tmp_path: Path):
     config = write_config(tmp_path, "--- a/sglang/mod.py\n+++ b/sglang/mod.py\n@@ -1,3 +1,3 @@\n line 1\n")
     tree = make_tree(tmp_path / "tree", "0.1.0")
-    proc = run_build_py("patches", "check", "--config", str(config), "--sglang", "0.1.0", "--source", str(tree))
+    proc = build_py("patches", "check", "--config", str(config), "--sglang", "0.1.0", "--source", str(tree))
     assert_one_line_error(proc, code=2, contains=["patches/fake/a.patch", "truncated"])
 
 
-def test_upstream_release_reports_already_upstream(good):
+def test_upstream_release_reports_already_upstream(build_py, good):
     config, tree = good
     (tree / "sglang/mod.py").write_text("def upstream_hook():\n    pass\n")
-    proc = run_build_py("patches", "check", "--config", str(config), "--sglang", "0.1.0", "--source", str(tree))
+    proc = build_py("patches", "check", "--config", str(config), "--sglang", "0.1.0", "--source", str(tree))
     assert proc.returncode == 0, proc.stderr
     assert lines_for(proc.stdout) == ["fake-a: already upstream (not upstream)"]
 
 
 @pytest.mark.parametrize("version", ["banana", "0.5.9; rm -rf /", ""])
-def test_a_version_that_is_not_a_version_is_a_usage_error(good, version: str):
+def test_a_version_that_is_not_a_version_is_a_usage_error(build_py, good, version: str):
     config, tree = good
-    proc = run_build_py("patches", "check", "--config", str(config), "--sglang", version, "--source", str(tree))
+    proc = build_py("patches", "check", "--config", str(config), "--sglang", version, "--source", str(tree))
     assert_one_line_error(proc, code=2, contains=["is not a version"])
 
 
-def test_missing_source_folder(good, tmp_path: Path):
+def test_missing_source_folder(build_py, good, tmp_path: Path):
     config, _tree = good
     missing = tmp_path / "nope"
-    proc = run_build_py(
+    proc = build_py(
         "patches",
         "apply",
         "--config",
@@ -183,6 +199,43 @@ def test_missing_source_folder(good, tmp_path: Path):
         str(missing),
     )
     assert_one_line_error(proc, code=2, contains=["no such directory"])
+
+
+def apply_to(build_py, config: Path, tree: Path, dest: Path | str) -> subprocess.CompletedProcess[str]:
+    args = ["patches", "apply", "--config", str(config), "--sglang", "0.1.0", "--source", str(tree)]
+    return build_py(*args, "--dest", str(dest))
+
+
+DESTS = [
+    ("a-file", lambda tmp: touch(tmp / "f"), ["--dest", "a file, not a folder"]),
+    ("under-a-file", lambda tmp: touch(tmp / "f") / "sub", ["--dest", "cannot be created", "Not a directory"]),
+    ("in-proc", lambda tmp: Path("/proc/sm120-no-such/dest"), ["--dest /proc/sm120-no-such/dest", "cannot be created"]),
+]
+
+
+@pytest.mark.parametrize(("make", "expected"), [c[1:] for c in DESTS], ids=[c[0] for c in DESTS])
+def test_apply_to_a_dest_that_cannot_be_a_tree(build_py, good, tmp_path, make, expected):
+    config, tree = good
+    proc = apply_to(build_py, config, tree, make(tmp_path))
+    assert_usage(proc.returncode, proc.stderr, *expected)
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["new-folder", "in-place"])
+def test_apply_to_a_read_only_dest(good, tmp_path, in_place):
+    """A read-only folder (a real read-only bind mount: root writes through chmod) is found before any write."""
+    unshare = unshare_or_skip()
+    config, tree = good
+    dest = tree if in_place else tmp_path / "ro"
+    dest.mkdir(exist_ok=True)
+    before = (tree / "sglang" / "mod.py").read_text()
+    script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && shift && exec "$@"'
+    argv = [sys.executable, str(ROOT / "build.py"), "patches", "apply", "--config", str(config), "--sglang", "0.1.0"]
+    argv += ["--source", str(tree), "--dest", str(dest)]
+    proc = subprocess.run(
+        [*unshare, "sh", "-c", script, "sh", str(dest), *argv], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    assert_usage(proc.returncode, proc.stderr, f"--dest {dest}: cannot write into it", "Read-only file system")
+    assert (tree / "sglang" / "mod.py").read_text() == before
 
 
 # --- PyPI side without the network -----------------------------------------------------------------
@@ -225,6 +278,16 @@ def test_a_compiled_release_is_read_from_its_cp311_x86_64_wheel(offline_pypi):
 def test_a_release_missing_from_pypi_is_a_usage_error(offline_pypi):
     with pytest.raises(UsageError, match=r"sglang 0\.6\.1 is not on PyPI \(newest final release: 0\.5\.23\)"):
         pypi.wheel_for("0.6.1")
+
+
+def test_matrix_since_past_the_newest_release(offline_pypi, capsys):
+    for since, expected in (
+        ("99.0", "--since 99.0: no final SGLang release on PyPI is that new (the newest is 0.5.23"),
+        ("0.5.24", "the newest is 0.5.23; give --since 0.5.23 or older"),
+        ("latest", "--since 'latest' is not a version"),
+    ):
+        rc, _, err = run_cli(capsys, "patches", "matrix", "--since", since)
+        assert_usage(rc, err, expected)
 
 
 # --- matrix output ---------------------------------------------------------------------------------

@@ -252,3 +252,33 @@ def test_the_human_plan_writes_no_python_reprs(capsys):
     rc, out, _ = run_cli(capsys, "plan", "--profile", "offline")
     assert "  flash_attn: head_dims 128; dtypes bf16; backward off (release: head_dims all; dtypes fp16, bf16;" in out
     assert "  torch_index: none (release: https://download.pytorch.org/whl/cu130)" in out
+
+
+def test_a_new_track_takes_the_rules_written_once_without_a_copy(tmp_path):
+    """A 0.5.24 track written with no rule of its own plans the rules whose range holds it, as 0.5.23 does; a track's
+    plan holds only the not_shipped entries of its torch's CUDA major."""
+    from sm120.track import stanza as track_stanza
+
+    def add_0524(text: str) -> str:
+        first, end = track_stanza.track_span(text, "0.5.23")
+        lines = text.splitlines(keepends=True)
+        block = "".join(lines[first:end]).replace('tracks."0.5.23"', 'tracks."0.5.24"')
+        return "".join([*lines[:end], "\n", block, *lines[end:]])
+
+    config = cfg.load(write_config(tmp_path, edit=add_0524))
+    for profile in ("offline", "release"):
+        new, now = (planmod.resolve(config, profile=profile, sglang=v, machine=MACHINE) for v in ("0.5.24", "0.5.23"))
+        assert new.entrypoint.runtime == now.entrypoint.runtime and new.entrypoint.left_out == now.entrypoint.left_out
+        assert new.not_shipped == now.not_shipped and new.build_args["NOT_SHIPPED"] == now.build_args["NOT_SHIPPED"]
+        assert [p.name for p in new.patches] == [p.name for p in now.patches]
+    old = planmod.resolve(config, profile="offline", sglang="0.5.9", machine=MACHINE)
+    assert old.torch_cuda == "12.8" and not any("nvidia/cu13/" in g for n in old.not_shipped for g in n.paths)
+    assert "nvidia/cuda_nvrtc/lib/libnvrtc.alt.so*" in old.build_args["NOT_SHIPPED"].split()
+
+
+def test_a_rule_for_no_track_is_exit_2_naming_the_key(tmp_path):
+    path = write_config(tmp_path, edit=lambda text: text.replace('sglang = ">=0.5.23"', 'sglang = ">=0.6"', 1))
+    out = run_build_py("plan", "--config", str(path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "runtime.2.sglang = '>=0.6' holds for no track (tracks: 0.5.9, 0.5.23)" in line

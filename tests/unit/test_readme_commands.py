@@ -21,17 +21,19 @@ pipes, `&&` and redirections), and each command is checked:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 import pytest
 
+from sm120 import cli
 from tests.entrypoint_helpers import clean_env, eagle3_draft, fake_sglang, kimi_target, run_entrypoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,14 +127,14 @@ def readme_commands() -> list[Command]:
 
 
 def build_py(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "build.py"), *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        check=False,
-    )
+    """build.py's main in this process (a process would add only the interpreter's start): exit status, output."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exc:  # argparse: --help (0), a usage error (2)
+            code = exc.code if isinstance(exc.code, int) else 0
+    proc = subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
     if check:
         assert proc.returncode == 0, f"build.py {shlex.join(args)} failed:\n{proc.stderr}"
     return proc

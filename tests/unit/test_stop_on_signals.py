@@ -24,7 +24,7 @@ import pytest
 
 import docker
 from sm120 import cli
-from sm120.bench import docker_runner
+from sm120.bench import cmd_bench, docker_runner
 from tests.helpers import ROOT, process_gone
 from tests.unit.bench_standin import StandIn
 
@@ -185,8 +185,8 @@ class FakeContainer:
         if self.on_stop is not None:
             self.on_stop()
 
-    def remove(self, force: bool = False) -> None:
-        self.removed = True
+    def remove(self, force: bool = False, v: bool = False) -> None:
+        self.removed = force and v  # at once, with its anonymous volumes
 
 
 class FakeDocker:
@@ -252,11 +252,13 @@ def test_ctrl_c_again_during_the_graceful_stop_still_removes_it(tmp_path):
 
 def test_sigterm_while_waiting_for_health_removes_the_container(tmp_path):
     client = FakeDocker(on_reload=_sigterm_to_self)
-    with pytest.raises(KeyboardInterrupt), docker_runner.serve(client, _spec(), tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    # bench's handlers (cmd_bench.run holds them for the whole command): SIGTERM raises its Terminated.
+    with pytest.raises(cmd_bench.Terminated), cmd_bench._signals(), docker_runner.serve(client, _spec(), tmp_path):
         pytest.fail("served a container that never answered /health")
     (container,) = client.created.values()
     assert container.stopped and container.removed
-    assert signal.getsignal(signal.SIGTERM) is not None  # put back as it was
+    assert signal.getsignal(signal.SIGTERM) == before  # put back as it was
 
 
 def test_sigterm_during_bench_image_is_benchs_own_exit_143(tmp_path, capsys, monkeypatch):
@@ -265,7 +267,7 @@ def test_sigterm_during_bench_image_is_benchs_own_exit_143(tmp_path, capsys, mon
     models = tmp_path / "models"
     (models / "target").mkdir(parents=True)
     argv = ["bench", "--image", "sglang-sm120:test", "--models", str(models), "--out", str(tmp_path / "out")]
-    argv += ["--env", "MODEL_PATH=/models/target", "--runs", "2", "--warmup", "0", "--modes", "baseline"]
+    argv += ["--env", "MODEL_PATH=/models/target", "--runs", "2", "--modes", "baseline"]
     rc = cli.main(argv)
     err = capsys.readouterr().err
     assert rc == 143, err

@@ -98,7 +98,7 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> Recorded:
 
 @pytest.fixture
 def without(tmp_path: Path) -> Path:
-    """A copy of build.toml without the 0.5.23 track (defaults.sglang on the newest track left)."""
+    """A copy of build.toml without the 0.5.23 track and the rules of it alone (defaults.sglang on the newest left)."""
     return write_config(tmp_path, edit=lambda text: without_track(text, VERSION))
 
 
@@ -126,6 +126,8 @@ def test_the_written_stanza_equals_build_tomls_0_5_23_in_every_fact_it_reads(cap
     assert rc == 0, err
     assert out == ""
     assert f'wrote [tracks."{VERSION}"] into {without}' in err
+    assert f"track add {VERSION}: {VERSION} takes these rules of build.toml by their sglang range: runtime." not in err
+    assert f"{VERSION} takes these rules of build.toml by their sglang range: left_out.0 " in err
 
     new = tomllib.loads(without.read_text())["tracks"][VERSION]
     mine = tomllib.loads((cfg.ROOT / "build.toml").read_text())["tracks"][VERSION]
@@ -177,14 +179,25 @@ def test_every_fact_names_its_source_and_copied_keys_are_marked_for_review(capsy
     assert "not read (no sm_120 by design, verify exempts them): sgl_kernel/flash_ops, sgl_kernel/flashmla_ops" in (
         comment_above("pypi_archs = ")
     )
-    assert "torch-symm-mem-sm120 applied (patches/sglang/torch-symm-mem-sm120/0.5.14.patch)" in comment_above(
-        "patches = "
-    )
+    head = " ".join(line[2:] for line in lines[: lines.index(f'[tracks."{VERSION}"]')])
+    assert (
+        "Note: patches: the patch engine on sglang 0.5.23's wheel: kimi-k25-eagle3-delegation already upstream; "
+        "torch-symm-mem-sm120 applied (patches/sglang/torch-symm-mem-sm120/0.5.14.patch)"
+    ) in head
     assert comment_above('flash_attn = "2.8.3"').startswith('review: copied from [tracks."0.5.9"]')
-    assert comment_above('[[tracks."0.5.23".runtime]]').startswith('review: copied from [tracks."0.5.9"]')
     entries = [n for n, line in enumerate(lines) if line.startswith("[[")]
     assert entries and all(lines[n - 1].startswith("# review: copied from") for n in entries), "each entry is marked"
-    assert "Note: sglang 0.5.23 requires cuda-python>=13.0: bindings for CUDA 13" in " ".join(lines[:6])
+    assert "Note: sglang 0.5.23 requires cuda-python>=13.0: bindings for CUDA 13" in head
+    # The rules written once are not copied: the stanza names those whose range holds 0.5.23, and marks for review
+    # only those that held for 0.5.9 and not for 0.5.23.
+    assert not {"patches", "runtime", "left_out", "not_shipped"} & set(stanza)
+    takes = head.split("0.5.23 takes these rules of build.toml by their sglang range: ")[1].split(" review: ")[0]
+    assert "left_out.0 --enable-flashinfer-allreduce-fusion (every release)" in takes
+    assert "not_shipped.3 nvidia/cu13/lib/libnvrtc.alt.so* ... (every release)" in takes and "runtime." not in takes
+    review = head.split("review: these held for 0.5.9, not for 0.5.23: ")[1]
+    for rule in ("runtime.0 no-jit-deepgemm (<0.5.10)", "runtime.2 torch-symm-mem (<0.5.16)", "not_shipped.0"):
+        assert rule in review, rule
+    assert "left_out" not in review and "nvidia/cu13" not in review
     assert 'install = {release = "pypi", offline = "pypi"}' in out
 
 
@@ -364,13 +377,30 @@ def test_a_patch_that_conflicts(capsys, recorded, without):
     assert "write a variant for this release (patches/sglang/torch-symm-mem-sm120/)" in line
 
 
-def test_a_patch_no_variant_covers_is_left_out_with_a_note(capsys, recorded, without):
+def test_a_patch_no_variant_covers_is_a_note_for_the_reviewer(capsys, recorded, without):
     recorded.statuses["kimi-k25-eagle3-delegation"] = "not applicable"
     rc, out, err = track_add(capsys, without, VERSION, "--dry-run")
     assert rc == 0, err
-    assert tomllib.loads(out)["tracks"][VERSION]["patches"] == ["torch-symm-mem-sm120", "flash-attn-kernel-subset"]
-    assert "kimi-k25-eagle3-delegation not applicable: left out" in out
+    assert "patches" not in tomllib.loads(out)["tracks"][VERSION]  # the variants' ranges choose, not the track
+    assert "kimi-k25-eagle3-delegation not applicable;" in out
     assert "# Note: patch kimi-k25-eagle3-delegation is not applicable on sglang 0.5.23" in out
+
+
+def test_rules_whose_range_holds_the_new_release_need_no_review(tmp_path):
+    """On today's build.toml a 0.5.24 from 0.5.23 takes every rule 0.5.23 takes: nothing to review. A range that ends
+    before 0.5.24 is marked, and only that one."""
+    said = track_stanza.ranged_rules(REAL, "0.5.24", "0.5.23")
+    assert len(said) == 1 and said[0].startswith("0.5.24 takes these rules of build.toml by their sglang range: ")
+    taken = [(key, e.what) for key in cfg.RULES for e in getattr(REAL.tracks["0.5.23"], key)]
+    assert said[0].count(" (") == len(taken) and all(what in said[0] for _, what in taken)
+    ended = cfg.load(
+        write_config(tmp_path, edit=lambda text: _edit(text, 'sglang = ">=0.5.16"', 'sglang = ">=0.5.16,<0.5.24"'))
+    )
+    said = track_stanza.ranged_rules(ended, "0.5.24", "0.5.23")
+    assert said[1] == (
+        "review: these held for 0.5.23, not for 0.5.24: runtime.4 torch-symm-mem (>=0.5.16,<0.5.24); widen a range "
+        "where the rule still holds, or write an entry for 0.5.24"
+    )
 
 
 @pytest.mark.parametrize(
@@ -398,12 +428,11 @@ def test_bad_arguments(capsys, recorded, tmp_path, args, expected):
 
 def test_keys_it_does_not_derive_are_copied_whatever_they_are(recorded):
     """The --from track may grow tables (per-track mode presets, left-out paths): they are copied, marked."""
-    derived = track_facts.derive(REAL, VERSION, recorded, flash_attn="2.8.3")
+    derived = track_facts.derive(REAL, VERSION, recorded)
     source = {
         "flashinfer": "0.6.3",
         "flash_attn": "2.8.3",
         "cxx_std": 17,
-        "patches": [],
         "torch": {"version": "2.9.1", "pypi_cuda": "12.8", "index_note": "kept"},
         "sgl_kernel": {"package": "sgl-kernel", "version": "0.3.21", "wheel": {"url": "https://x/y.whl"}},
         "modes": {"eagle3": {"spec_num_steps": 3, "spec_eagle_topk": 1, "spec_num_draft_tokens": 4}},

@@ -430,7 +430,11 @@ def test_gpu_benchmark_runs_bench_on_an_sm120_runner():
         "docker compose -f compose.yaml",  # the compose file users run (tests/compose checks it)
         "up -d --wait",
         "build.py bench --endpoint",
+        "--bench-image",  # bench_serving from the image measured: the server's SGLang
+        "--tokenizer",
+        "--concurrency",  # the load sweep
         "--min-speedup",
+        "--gate-concurrency",
         "GITHUB_STEP_SUMMARY",
         "bench.md",
     ):

@@ -127,7 +127,7 @@ def start(dc, image) -> Iterator[Callable[..., Any]]:
 
     yield _start
     for container in started:
-        docker_env.remove(container)
+        image_plan.remove(container)
 
 
 @pytest.fixture(scope="session")

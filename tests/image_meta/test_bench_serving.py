@@ -1,0 +1,131 @@
+"""T2: `build.py bench` runs SGLang's own bench_serving from the image (the server's SGLang) against a stand-in SGLang
+server in another container of the image (tests/unit/bench_standin.py, stdlib only), with a small tokenizer made
+offline in the image (the `tokenizers` library's WordLevel model, saved by transformers): two labels, two
+concurrencies, two runs each; bench.json, bench.md and bench.png written; the key reaches bench_serving from the
+mounted file and no output holds it; the stand-in that is not there is one line, exit 2.
+
+The image: $SM120_IMAGE (./dev test sets it to the default track's offline image).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from sm120.bench import probe
+from sm120.plan import image_plan
+from tests.helpers import docker_or_skip, free_port, offline_tokenizer, run_build_py
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+STANDIN = ROOT / "tests" / "unit" / "bench_standin.py"
+
+
+@pytest.fixture(scope="module")
+def engine_image():
+    dc = docker_or_skip()
+    image = os.environ.get("SM120_IMAGE")
+    if not image:
+        pytest.skip("SM120_IMAGE is not set: ./dev test sets it to the default track's offline image")
+    return dc, image
+
+
+@pytest.fixture(scope="module")
+def tokenizer(engine_image, tmp_path_factory) -> Path:
+    dc, image = engine_image
+    return offline_tokenizer(dc, image, tmp_path_factory.mktemp("tokenizer"))
+
+
+@contextmanager
+def standin(engine_image, mode: str, *extra: str) -> Iterator[str]:
+    """The stand-in SGLang server in a container of the image, on a free port of the host's loopback."""
+    dc, image = engine_image
+    port = free_port()
+    command = ["python3", "/standin/bench_standin.py", mode, "--port", str(port), "--ttft", "0.05", *extra]
+    volumes = {str(STANDIN): {"bind": "/standin/bench_standin.py", "mode": "ro"}}
+    create = {"command": command, "entrypoint": [], "network_mode": "host", "volumes": volumes}
+    with image_plan.scratch(dc, image, "test", **create) as box:
+        box.start()
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while b"listening" not in box.logs():  # its first line (the container's Python starts in about a second)
+            box.reload()
+            assert box.status == "running" and time.monotonic() < deadline, box.logs().decode()
+            time.sleep(0.1)
+        probe.health(url, None)
+        yield url
+
+
+def bench(image: str, tokenizer: Path, out: Path, url: str, label: str, *extra: str):
+    return run_build_py(
+        "bench",
+        *("--endpoint", url, "--label", label, "--tokenizer", str(tokenizer), "--bench-image", image),
+        *("--concurrency", "1,2", "--runs", "2", "--max-tokens", "8", "--out", str(out), "--run-timeout", "300"),
+        *extra,
+    )
+
+
+def test_a_sweep_of_two_labels_on_the_images_bench_serving(engine_image, tokenizer, tmp_path):
+    _, image = engine_image
+    out = tmp_path / "bench"
+    with standin(engine_image, "baseline", "--tok-s", "200") as url:
+        first = bench(image, tokenizer, out, url, "baseline")
+    assert first.returncode == 0, first.stderr
+    with standin(engine_image, "eagle3", "--tok-s", "600", "--burst", "3") as url:
+        second = bench(image, tokenizer, out, url, "eagle3")
+    assert second.returncode == 0, second.stderr
+    data = json.loads((out / "bench.json").read_text())
+    assert set(data["labels"]) == {"baseline", "eagle3"}
+    for name, label in data["labels"].items():
+        assert label["status"] == "complete", (name, label["error"])
+        assert [(r["concurrency"], r["repeat"]) for r in label["runs"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+        for run in label["runs"]:
+            # bench_serving's own figures: every request done, real percentiles from its per-request details
+            assert run["completed"] >= 2 and run["failed"] == 0, run
+            assert run["output_tok_s"] > 0 and 0 < run["itl_ms_p50"] <= run["itl_ms_p90"] <= run["itl_ms_p99"]
+            assert run["ttft_ms_p50"] >= 40, run  # the stand-in's 0.05 s to the first token
+        assert label["server"]["version"].endswith("stand-in")
+    assert all(run["accept_length"] is None for run in data["labels"]["baseline"]["runs"])
+    assert set(data["speedup"]["eagle3"]) == {"1", "2"}
+    assert "eagle3" in data["crossover"]
+    md = (out / "bench.md").read_text()
+    assert "### baseline" in md and "### eagle3" in md and "stand-in" in md
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".bench-work")]  # the runs' work directories go
+
+
+def test_the_key_reaches_bench_serving_from_its_file_and_no_output(engine_image, tokenizer, tmp_path):
+    _, image = engine_image
+    key = secrets.token_hex(16)
+    key_file = tmp_path / "key"
+    key_file.write_text(key + "\n")
+    out = tmp_path / "bench"
+    with standin(engine_image, "baseline", "--api-key", key) as url:
+        refused = run_build_py(
+            "bench", "--endpoint", url, "--label", "baseline", "--tokenizer", str(tokenizer), "--bench-image", image,
+            "--out", str(tmp_path / "refused"),
+        )  # fmt: skip
+        done = bench(image, tokenizer, out, url, "baseline", "--api-key-file", str(key_file))
+    assert refused.returncode == 2 and "wants an API key" in refused.stderr.strip().splitlines()[-1]
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads((out / "bench.json").read_text())["labels"]["baseline"]["runs"]) == 4
+    for text in (done.stdout, done.stderr, *(p.read_bytes().decode("latin-1") for p in out.rglob("*") if p.is_file())):
+        assert key not in text
+
+
+def test_no_server_is_one_line_and_exit_2(engine_image, tokenizer, tmp_path):
+    _, image = engine_image
+    url = f"http://127.0.0.1:{free_port()}"
+    result = bench(image, tokenizer, tmp_path / "bench", url, "baseline")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"build.py bench: failed: cannot reach SGLang at {url}: connection refused"
+    ], result.stderr
