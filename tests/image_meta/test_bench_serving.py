@@ -2,13 +2,16 @@
 server in another container of the image (tests/unit/bench_standin.py, stdlib only), with a small tokenizer made
 offline in the image (the `tokenizers` library's WordLevel model, saved by transformers): two labels, two
 concurrencies, two runs each; bench.json, bench.md and bench.png written; the key reaches bench_serving from the
-mounted file and no output holds it; the stand-in that is not there is one line, exit 2.
+mounted file and no output holds it; the stand-in that is not there is one line, exit 2. And `--image`'s server
+container (docker_runner.serve, the stand-in as its entrypoint): published on 127.0.0.1, awaited, measured, removed
+with its log kept; one that exits at start fails with its log; the key file mounted read-only, in no setting.
 
 The image: $SM120_IMAGE (./dev test sets it to the default track's offline image).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -19,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120.bench import probe
+from sm120.bench import docker_runner, probe, prompts, serving
+from sm120.errors import CheckFailed
 from sm120.plan import image_plan
 from tests.helpers import docker_or_skip, free_port, offline_tokenizer, run_build_py
 
@@ -129,3 +133,90 @@ def test_no_server_is_one_line_and_exit_2(engine_image, tokenizer, tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"build.py bench: failed: cannot reach SGLang at {url}: connection refused"
     ], result.stderr
+
+
+# `--image`: the mode's server container (docker_runner.serve) as bench starts it, here with the stand-in as its
+# entrypoint (the image's own would start SGLang, which needs a GPU), measured by bench_serving from the same image.
+VOLUME = "sglang-sm120-bench-test-cache"
+
+
+def served(image: str, label: str, entrypoint: list[str]) -> docker_runner.ContainerSpec:
+    return docker_runner.ContainerSpec(
+        image=image,
+        mode="eagle3",
+        label=label,
+        env={"HOST": "0.0.0.0", "PORT": "30000"},
+        port=30000,
+        cache_dir="/var/cache/sglang",
+        cache_volume=VOLUME,
+        gpus="none",
+        health_timeout_s=120,
+        entrypoint=entrypoint,
+        extra_volumes={str(ROOT / "tests" / "unit"): {"bind": "/standin", "mode": "ro"}},
+    )
+
+
+def leftovers(dc, label: str) -> list:
+    return dc.containers.list(all=True, filters={"label": f"{docker_runner.bench_label()}={label}"})
+
+
+@pytest.fixture
+def volume(engine_image) -> Iterator[None]:
+    yield
+    for v in engine_image[0].volumes.list(filters={"name": VOLUME}):
+        v.remove(force=True)
+
+
+@pytest.mark.usefixtures("volume")
+def test_image_mode_serves_a_mode_measures_it_and_removes_it(engine_image, tokenizer, tmp_path):
+    dc, image = engine_image
+    spec = served(image, "image-mode", ["python3", "/standin/bench_standin.py"])
+    job = serving.Job(image, "", serving.TOKENIZER, max_tokens=8, seed=0, deadline_s=300, tokenizer_dir=tokenizer)
+    with docker_runner.serve(dc, spec, tmp_path) as endpoint:
+        assert endpoint.startswith("http://127.0.0.1:")
+        job = dataclasses.replace(job, endpoint=endpoint)
+        (record,) = serving.runs(dc, job, [2], prompts.load(), tmp_path / "work")
+    assert record["completed"] >= 8 and record["accept_length"] > 1
+    assert not leftovers(dc, "image-mode") and not leftovers(dc, "bench_serving")
+    assert (tmp_path / "image-mode.log").read_text().startswith("stand-in SGLang listening on http://0.0.0.0:")
+
+
+@pytest.mark.usefixtures("volume")
+def test_image_mode_a_server_that_exits_at_start_fails_with_its_log(engine_image, tmp_path):
+    dc, image = engine_image
+    spec = served(image, "image-exits", ["python3", "-c", "import sys; print('model not found'); sys.exit(3)"])
+    with (
+        pytest.raises(CheckFailed, match=r"image-exits: the container exited \(status 3\)"),
+        docker_runner.serve(dc, spec, tmp_path),
+    ):
+        pytest.fail("serve() must not yield for a container that exited")
+    assert "model not found" in (tmp_path / "image-exits.log").read_text()
+    assert not leftovers(dc, "image-exits")
+
+
+@pytest.mark.usefixtures("volume")
+def test_image_mode_the_key_file_reaches_the_server_by_a_read_only_mount_only(engine_image, tokenizer, tmp_path):
+    """--image --api-key-file: the file mounted read-only, API_KEY_FILE naming it; the stand-in (which then wants the
+    key, as SGLang does) started through the checkout's launcher, as the entrypoint starts SGLang."""
+    dc, image = engine_image
+    key = secrets.token_hex(16)
+    tmp_path.chmod(0o755)  # the image's user reads it through the bind mount
+    key_path = tmp_path / "api-key"
+    key_path.write_text(key + "\n")
+    key_path.chmod(0o644)
+    spec = served(image, "image-key", ["python3", "/launcher/_with_api_key.py", "/standin/bench_standin.py"])
+    spec.api_key_file = key_path
+    spec.extra_volumes[str(ROOT / "sm120" / "image" / "entrypoint")] = {"bind": "/launcher", "mode": "ro"}
+    job = serving.Job(image, "", serving.TOKENIZER, 8, 0, 300, tokenizer_dir=tokenizer, api_key_file=key_path)
+    with docker_runner.serve(dc, spec, tmp_path) as endpoint:
+        (container,) = leftovers(dc, "image-key")
+        assert key not in json.dumps(container.attrs), "the key is in `docker inspect`"
+        assert f"API_KEY_FILE={docker_runner.KEY_MOUNT}" in container.attrs["Config"]["Env"]
+        assert {m["Destination"]: m["RW"] for m in container.attrs["Mounts"]}[docker_runner.KEY_MOUNT] is False
+        with pytest.raises(probe.KeyRefused, match="the server wants an API key"):
+            probe.server_info(endpoint, None)
+        (record,) = serving.runs(dc, dataclasses.replace(job, endpoint=endpoint), [1], prompts.load(), tmp_path / "w")
+    assert record["completed"] >= 1
+    log = (tmp_path / "image-key.log").read_text()
+    assert "--api-key=********" in log and key not in log
+    assert not leftovers(dc, "image-key")
