@@ -6,10 +6,11 @@
 # series, flash-attn's patches) and prints the exact `docker buildx build` command. Stages re-declare the ARGs
 # they use without a value.
 #
-# Stage order: devel -> torch -> flash-attn, sgl-kernel (compiled kernels) -> sglang (dependencies) -> kernels
-# -> patched (our SGLang patches) -> overlay -> runtime. Kernel stages copy only their own scripts and patches, and the
-# patch stage comes after them, so a patch or Python edit never recompiles a kernel. The compile parallelism is
-# the BuildKit secret `build_jobs` (docker/stages/common.sh), not an ARG: it is kept out of the cache key.
+# Stage order: devel -> torch -> flash-attn, sgl-kernel (compiled kernels) -> sglang (dependencies) ->
+# flashinfer-prebuilt, kernels -> patched (our SGLang patches) -> overlay -> runtime. Kernel stages copy only their own
+# scripts and patches, and the patch stage comes after them, so a patch or Python edit never recompiles a kernel. The
+# compile parallelism is the BuildKit secret `build_jobs` (docker/stages/common.sh), not an ARG: it is kept out of
+# the cache key.
 # No `# syntax=` line: BuildKit's built-in Dockerfile frontend is used (a syntax line pulls an image).
 
 ARG BASE_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
@@ -100,6 +101,14 @@ RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip 
  && pip_install /kernels/sgl-kernel/*.whl "sglang==${SGLANG_VERSION}" "flashinfer-python==${FLASHINFER_VERSION}" \
  && bash /opt/build/fixups.sh apply
 
+# ---- flashinfer-prebuilt: FlashInfer's JIT modules for sm_120 that the plan names (from the first-start census),
+# built by FlashInfer's own generators, so a first start loads them from site-packages (where a cache volume cannot
+# hide them) instead of compiling. It needs FlashInfer, not the kernels: it runs beside flash-attn's compile.
+FROM sglang AS flashinfer-prebuilt
+ARG FLASHINFER_PREBUILT
+COPY docker/stages/flashinfer_prebuilt.py /opt/build/
+RUN --mount=type=secret,id=build_jobs python /opt/build/flashinfer_prebuilt.py /opt/prebuilt
+
 # ---- kernels: the flash-attn wheel added to that environment (its dependencies are already there).
 FROM sglang AS kernels
 ARG FIXUP_PINS
@@ -127,8 +136,8 @@ FROM devel AS jit-toolchain
 COPY docker/stages/jit-toolchain.sh /opt/build/
 RUN bash /opt/build/jit-toolchain.sh collect /usr/local/cuda /opt/jit/cuda
 
-# ---- overlay: what changes more often than the venv (the patched SGLang sources, plan.json, sm120/image/ and
-# the entrypoint script), gathered so that the runtime stage adds it as one layer on top of the venv: a patch or
+# ---- overlay: what changes more often than the venv (the patched SGLang sources, plan.json, sm120/image/, the
+# entrypoint script and FlashInfer's prebuilt modules), gathered so that the runtime stage adds it as one layer on top of the venv: a patch or
 # entrypoint edit re-exports one small layer instead of several (each new layer costs a diff on some drivers).
 FROM scratch AS overlay
 ARG PYTHON_VERSION
@@ -139,6 +148,7 @@ COPY --from=patched /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/ 
 COPY ${PLAN_DIR}/plan.json ${PLAN_JSON}
 COPY docker/entrypoint.py /opt/sglang-sm120/entrypoint.py
 COPY --from=patched /opt/sglang-sm120/sm120/ /opt/sglang-sm120/sm120/
+COPY --from=flashinfer-prebuilt /opt/prebuilt/ /opt/venv/lib/python${PYTHON_VERSION}/site-packages/flashinfer/data/aot/
 
 # ---- runtime: what serving needs and nothing else. Non-root, tini as PID 1, the JIT toolchain, one cache
 # directory for every JIT cache (mount a named volume there), a health check on SGLang's /health.
@@ -165,8 +175,8 @@ RUN --mount=type=bind,from=jit-toolchain,source=/opt/jit/cuda,target=/mnt/jit \
 # 24.04's `ubuntu` is uid 1000: it is renamed); its ~/.cache is the cache volume.
 RUN --mount=type=bind,source=docker/stages/runtime-user.sh,target=/mnt/runtime-user.sh \
     bash /mnt/runtime-user.sh "${IMAGE_USER}" "${IMAGE_UID}" "${CACHE_DIR}"
-# The venv, copied without what serving on sm_120 never loads: build.toml [[tracks.*.not_shipped]], each entry with
-# its reason and source (an entry that matches nothing stops the build); `build.py verify` checks they stay unused.
+# The venv, copied without what serving on sm_120 never loads: build.toml [[not_shipped]] (by SGLang version), each
+# entry with its reason and source (an entry that matches nothing stops the build); `build.py verify` checks they stay unused.
 ARG NOT_SHIPPED
 RUN --mount=type=bind,from=kernels,source=/opt/venv,target=/mnt/venv \
     --mount=type=bind,source=docker/stages/venv_copy.py,target=/mnt/venv_copy.py \

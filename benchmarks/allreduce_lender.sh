@@ -1,17 +1,11 @@
 #!/usr/bin/env bash
-# The GPU run of docs/allreduce-sweep.md: prepared here (no GPU needed) and run on the lender's nvidia-h200-x2
-# kind, which reaches nothing and has no SGLang. See that page for what it proves (the code path and the tool,
-# not the sm_120 limits: H200s over NVLink are not PCIe cards).
-#
-#   benchmarks/allreduce_lender.sh prepare CARRY     here: SGLang 0.5.9 (pure Python) patched as the image patches
-#                                                    it, as a tarball, and the cp312 wheels its import needs that
-#                                                    the lender's Python lacks (KINDS.md's package list)
-#   benchmarks/allreduce_lender.sh run CARRY OUT     there: NVLink multicast kept off, the sweep at TP 2 with the
-#                                                    communicator's capability answered as 12, eager and in CUDA
-#                                                    graphs; OUT gets machine.txt, eager.md/json, graph.md/json
-#
-# CARRY must be a folder of the checkout the lender sends that git ignores (it travels with `carry`; a few MB).
-# PYTHON: the interpreter that runs build.py and pip here (default python3; ./dev setup makes .venv/bin/python).
+# The GPU run of docs/allreduce-sweep.md (that page says what it proves): prepared here, with no GPU, and run on
+# the lender's nvidia-h200-x2 kind, which reaches nothing and has no SGLang.
+#   benchmarks/allreduce_lender.sh prepare CARRY     here: SGLang 0.5.9 patched as the image patches it, as a
+#                                                    tarball, and the cp312 wheels its import needs that the lender lacks
+#   benchmarks/allreduce_lender.sh run CARRY OUT     there: the sweep at TP 2 with the capability answered as 12,
+#                                                    eager and in CUDA graphs; OUT gets machine.txt, eager.*, graph.*
+# CARRY: a git-ignored folder of the checkout (it travels with `carry`). PYTHON: the interpreter here (python3).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SGLANG=0.5.9

@@ -38,8 +38,7 @@ git clone -q "$here" "$clone"
 cd "$clone"
 start=$(date +%s)
 status=0
-for command in build test; do
-    [ -z "$only" ] || [ "$only" = "$command" ] || continue
+for command in ${only:-build test}; do
     t0=$(date +%s)
     ./dev "$command" || { status=$?; echo "[phases] ./dev $command failed (exit $status)"; }
     echo "[phases] ./dev $command: $(( ($(date +%s) - t0) / 60 )) min"

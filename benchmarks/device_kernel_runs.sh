@@ -1,13 +1,8 @@
 #!/usr/bin/env bash
-# The kernel-build measurements of docs/kernel-build-sm120.md, run in order on a many-core machine with nvcc
-# and torch (the H200 lender): each is benchmarks/kernel_build.py around docker/stages/flash-attn.sh.
-#   model    sm_120, head dim 128, bf16, forward only: the offline profile's model-specific build
-#   release  sm_120, every head dim, fp16+bf16, forward only: the release profile's build
-#   sample1  sm_120, head dim 128, bf16, with backward: the sample at one arch
-#   sample4  upstream's default archs 80;90;100;120 on the same sample, NVCC_THREADS=4 (upstream's default)
-# sample1 and sample4 run side by side (their CPU seconds are compared, not their wall times).
-# Each build starts from the release plan's flash-attn build args (PLAN_JSON: `build.py plan --json --profile
-# release`, made here when not given); the variants override the kernel subset and archs.
+# The four kernel-build measurements of docs/kernel-build-sm120.md (model, release, sample1, sample4: that page
+# says what each builds), each benchmarks/kernel_build.py around docker/stages/flash-attn.sh, on a many-core
+# machine with nvcc and torch. sample1 and sample4 run side by side (their CPU seconds are compared, not their wall
+# times). Each starts from the release plan's build args (PLAN_JSON, made here when not given).
 # usage: benchmarks/device_kernel_runs.sh SDIST RESULTS_DIR [PLAN_JSON]
 set -uo pipefail
 sdist=$1 out=$2

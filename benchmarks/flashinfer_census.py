@@ -1,15 +1,7 @@
 #!/usr/bin/env python3
-"""Build the FlashInfer JIT modules of the census (benchmarks/flashinfer_census.toml) for sm_120 and measure each
-build: wall time, CPU time (children rusage), peak memory of the compiler processes, the sources' count and
-per-file compile times (ninja's .ninja_log), and the size of the built .so.
-
-Every module is made by FlashInfer's own generator (the entry's `gen`, called with its `kwargs`) and built by
-FlashInfer's own JitSpec.build (its build.ninja, its nvcc flags): no compiler line is written here. The target is
-FLASHINFER_CUDA_ARCH_LIST (the census's `flashinfer_cuda_arch_list`, `12.0f`, or --arch), so a machine without an
-sm_120 GPU (the H200 lender) compiles for it. The JIT workspace is FLASHINFER_WORKSPACE_BASE (--workspace): a build
-stopped by --deadline-s keeps its finished objects there and records the files still compiling (with how long they
-had run: lower bounds); a later run with the same workspace resumes it and adds both runs' times up (`resumed`),
-but ninja restarts every file that was stopped, so a file longer than one run never finishes that way.
+"""Build the FlashInfer JIT modules of the census (sm120/plan/flashinfer_census.toml) for sm_120 with FlashInfer's
+own generators and JitSpec.build, and measure each build: wall and CPU time, the compilers' peak memory
+(benchmarks/kernel_build.py's Sampler, with psutil), ninja's per-file times and the size of the .so.
 
     python3 benchmarks/flashinfer_census.py pack --wheel flashinfer_python-0.7.2-py3-none-any.whl --out FI.tar.xz
     python3 benchmarks/flashinfer_census.py list
@@ -17,19 +9,16 @@ but ninja restarts every file that was stopped, so a file longer than one run ne
     python3 benchmarks/flashinfer_census.py build --out OUT/census.json --workspace WS [--only fused_moe_120]
         [--skip NAME] [--deadline-s 540] [--jobs N] [--arch 12.0f] [--import light|full]
 
-`pack` writes the subset of FlashInfer's wheel that these builds read (its Python code, headers, CUTLASS/CCCL
-includes and the csrc trees of the census's modules: 10 MB as .tar.xz, for the lender's 64 MiB carry limit);
-unpack it into a folder on PYTHONPATH beside apache-tvm-ffi. `--import light` (default) imports flashinfer.jit
-without running flashinfer/__init__.py, which pulls in FlashInfer's whole Python API and its optional dependencies
-(CuTe DSL, cuDNN frontend, ...); the generators need only torch, apache-tvm-ffi, filelock, jinja2, packaging,
-requests and nvidia-ml-py. The memory sampler needs psutil (the lender has it) and reuses
-benchmarks/kernel_build.py's Sampler. Results: a JSON file, rewritten after every module.
-docs/first-start/README.md has the figures and the exact commands.
+`pack` keeps the part of FlashInfer's wheel these builds read (for the lender's 64 MiB carry limit). `--import
+light` imports flashinfer.jit without running flashinfer/__init__.py (FlashInfer's whole API and its optional
+dependencies). A build stopped by --deadline-s keeps its finished objects in the workspace, and a later run with
+the same workspace resumes it (ninja restarts the stopped files). docs/first-start/README.md has the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import importlib
 import importlib.util
@@ -42,9 +31,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
+import tarfile
 import time
-import types
+import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +44,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
-CENSUS = ROOT / "benchmarks" / "flashinfer_census.toml"
+CENSUS = ROOT / "sm120" / "plan" / "flashinfer_census.toml"
 STATE = "census_state.json"  # in a module's build dir: the CPU and wall time of earlier, stopped runs
 GIB = 1024**3
 
@@ -67,29 +57,19 @@ def load_census(path: Path) -> dict[str, Any]:
     return data
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# FlashInfer
-# ---------------------------------------------------------------------------------------------------------------
-
-
 def import_flashinfer(mode: str) -> dict[str, Any]:
     """Import flashinfer.jit; `light` registers the flashinfer package without executing its __init__.py."""
     if mode == "light":
         spec = importlib.util.find_spec("flashinfer")
         if spec is None or not spec.submodule_search_locations:
             raise SystemExit("flashinfer is not installed (put it on PYTHONPATH)")
-        package = types.ModuleType("flashinfer")
-        package.__path__ = list(spec.submodule_search_locations)
-        package.__file__ = spec.origin
-        package.__package__ = "flashinfer"
-        sys.modules["flashinfer"] = package
+        sys.modules["flashinfer"] = importlib.util.module_from_spec(spec)  # not executed
     else:
         importlib.import_module("flashinfer")
-    jit = importlib.import_module("flashinfer.jit")
-    version = importlib.import_module("flashinfer.version")
-    env = importlib.import_module("flashinfer.jit.env")
-    core = importlib.import_module("flashinfer.jit.core")
-    cpp_ext = importlib.import_module("flashinfer.jit.cpp_ext")
+    jit, version, env, core, cpp_ext = (
+        importlib.import_module(f"flashinfer.{name}")
+        for name in ("jit", "version", "jit.env", "jit.core", "jit.cpp_ext")
+    )
     return {
         "import": mode,
         "flashinfer": version.__version__,
@@ -104,8 +84,7 @@ def import_flashinfer(mode: str) -> dict[str, Any]:
 
 def make_spec(entry: dict[str, Any]) -> Any:
     module_name, _, func_name = entry["gen"].partition(":")
-    gen = getattr(importlib.import_module(module_name), func_name)
-    spec = gen(**entry.get("kwargs", {}))
+    spec = getattr(importlib.import_module(module_name), func_name)(**entry.get("kwargs", {}))
     if spec.name != entry["name"]:
         raise SystemExit(f"{entry['gen']} made JitSpec {spec.name!r}, the census says {entry['name']!r}")
     return spec
@@ -115,84 +94,61 @@ def describe_spec(spec: Any) -> dict[str, Any]:
     """The spec's sources and the -gencode targets of the build.ninja FlashInfer writes for it."""
     sources = [Path(s) for s in spec.sources]
     spec.write_ninja()
-    ninja = Path(spec.ninja_path).read_text()
     generated = [s for s in sources if s.name.endswith(".generated.cu")]
     return {
         "sources": len(sources),
         "cuda_sources": sum(1 for s in sources if s.suffix == ".cu"),
         "generated_sources": len(generated),
-        "generated_by_dir": _count_by_parent(generated),
-        "gencode": sorted(set(re.findall(r"-gencode=\S+", ninja))),
+        # generated/cutlass_instantiations/120/gemm/90/x.cu -> "gemm/90": which arch's templates were emitted
+        "generated_by_dir": dict(Counter(f"{s.parent.parent.name}/{s.parent.name}" for s in generated)),
+        "gencode": sorted(set(re.findall(r"-gencode=\S+", Path(spec.ninja_path).read_text()))),
         "build_dir": str(spec.build_dir),
     }
-
-
-def _count_by_parent(paths: list[Path]) -> dict[str, int]:
-    """generated/cutlass_instantiations/120/gemm/90/x.cu -> {"gemm/90": n}: which arch's templates were emitted."""
-    counts: dict[str, int] = {}
-    for path in paths:
-        key = f"{path.parent.parent.name}/{path.parent.name}"
-        counts[key] = counts.get(key, 0) + 1
-    return counts
 
 
 def ninja_log(build_dir: Path) -> list[dict[str, Any]]:
     """ninja's per-output compile times (the last entry of each output), longest first."""
     log = build_dir / ".ninja_log"
-    if not log.exists():
-        return []
     entries: dict[str, dict[str, Any]] = {}
-    for line in log.read_text().splitlines():
-        if line.startswith("#"):
-            continue
+    for line in log.read_text().splitlines() if log.exists() else []:
         parts = line.split("\t")
-        if len(parts) < 4:
-            continue
-        start, end, output = int(parts[0]), int(parts[1]), parts[3]
-        entries[output] = {"output": output, "seconds": round((end - start) / 1000, 1)}
+        if not line.startswith("#") and len(parts) >= 4:
+            entries[parts[3]] = {"output": parts[3], "seconds": round((int(parts[1]) - int(parts[0])) / 1000, 1)}
     return sorted(entries.values(), key=lambda e: -e["seconds"])
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Measurement
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _sampler_class() -> Any:
-    """benchmarks/kernel_build.py's Sampler (psutil): per-process peak RSS (VmHWM), per-job peak RSS and source."""
+def _sampler() -> Any:
+    """benchmarks/kernel_build.py's Sampler of this process's tree, or None where psutil is missing."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
         from kernel_build import Sampler  # type: ignore[import-not-found]
-
-        return Sampler
-    except ImportError as exc:  # psutil missing: no memory figures
+    except ImportError as exc:
         print(f"memory sampler off: {exc}", file=sys.stderr)
         return None
-    finally:
-        sys.path.pop(0)
+    return Sampler(os.getpid(), interval=0.5)
 
 
 def memory_summary(sampler: Any) -> dict[str, Any]:
     if sampler is None:
         return {}
-    kinds: dict[str, dict[str, Any]] = {}
-    top: list[dict[str, Any]] = []
-    for info in sampler.procs.values():
-        kind = info["kind"]
-        if kind is None:
-            continue
-        k = kinds.setdefault(kind, {"count": 0, "peak_rss_gib": 0.0})
-        k["count"] += 1
-        k["peak_rss_gib"] = max(k["peak_rss_gib"], round(info["hwm"] / GIB, 2))
-        source = sampler.jobs.get(info["job"], {}).get("source") if info["job"] is not None else None
-        top.append({"kind": kind, "peak_rss_gib": round(info["hwm"] / GIB, 2), "source": source})
-    top.sort(key=lambda p: -p["peak_rss_gib"])
+    top = [
+        {
+            "kind": p["kind"],
+            "peak_rss_gib": round(p["hwm"] / GIB, 2),
+            "source": sampler.jobs.get(p["job"], {}).get("source"),
+        }
+        for p in sampler.procs.values()
+        if p["kind"] is not None
+    ]
     jobs = sorted(sampler.jobs.values(), key=lambda j: -j["peak_rss"])
     return {
         "peak_total_rss_gib": round(sampler.peak_total / GIB, 1),
         "peak_processes": sampler.peak_procs,
-        "kinds": kinds,
-        "top_processes": top[:8],
+        "kinds": {
+            kind: {"count": k["count"], "peak_rss_gib": round(k["peak_rss_max"] / GIB, 2)}
+            for kind, k in sampler.kinds().items()
+        },
+        "top_processes": sorted(top, key=lambda p: -p["peak_rss_gib"])[:8],
         "top_jobs": [
             {
                 "source": j["source"],
@@ -208,32 +164,21 @@ def _interrupt_ninja() -> None:
     """SIGINT to the ninja processes below this one (the binary, or a pip `ninja` wrapper script and the binary it
     runs): ninja stops its running jobs, deletes their partial outputs, records the finished ones and exits."""
     parent: dict[int, int] = {}
-    is_ninja: dict[int, bool] = {}
+    ninjas = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            pid = int(stat.parent.name)
             text = stat.read_text()
-            parent[pid] = int(text[text.rindex(")") + 2 :].split()[1])
-            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
-            names = {text[text.index("(") + 1 : text.rindex(")")], *(Path(a.decode()).name for a in argv[:2])}
-            is_ninja[pid] = "ninja" in names
-    me = os.getpid()
-    for pid, ninja in is_ninja.items():
+            parent[int(stat.parent.name)] = int(text[text.rindex(")") + 2 :].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")[:2]
+            if "ninja" in {text[text.index("(") + 1 : text.rindex(")")], *(Path(a.decode()).name for a in argv)}:
+                ninjas.append(int(stat.parent.name))
+    for pid in ninjas:
         ancestor = parent.get(pid)
-        while ninja and ancestor not in (None, 0, 1, me):
+        while ancestor not in (None, 0, 1, os.getpid()):
             ancestor = parent.get(ancestor)
-        if ninja and ancestor == me:
+        if ancestor == os.getpid():
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGINT)
-
-
-def in_flight(sampler: Any, stopped_at: float) -> list[dict[str, Any]]:
-    """The compile jobs still running when the build was stopped, with how long they had run: lower bounds."""
-    if sampler is None:
-        return []
-    jobs = [j for j in sampler.jobs.values() if j["last"] >= stopped_at - 2 * sampler.interval]
-    jobs.sort(key=lambda j: j["first"])
-    return [{"source": j["source"], "ran_s_at_least": round(j["last"] - j["first"])} for j in jobs]
 
 
 def build_one(entry: dict[str, Any], deadline: float | None) -> dict[str, Any]:
@@ -247,37 +192,25 @@ def build_one(entry: dict[str, Any], deadline: float | None) -> dict[str, Any]:
         return result
     result["generate_s"] = round(time.monotonic() - started, 1)
     result.update(describe_spec(spec))
-    build_dir = Path(spec.build_dir)
-    state_path = build_dir / STATE
-    earlier = json.loads(state_path.read_text()) if state_path.exists() else {"runs": []}
+    state_path = Path(spec.build_dir) / STATE
+    earlier = json.loads(state_path.read_text())["runs"] if state_path.exists() else []
     so = Path(spec.jit_library_path)
-    if so.exists() and not earlier["runs"]:
+    if so.exists() and not earlier:
         result["warning"] = "the .so was already built in this workspace: the times below are a no-op ninja run"
 
-    error: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            spec.build(verbose=False)
-        except BaseException as exc:
-            error.append(exc)
-
-    sampler_cls = _sampler_class()
-    sampler = sampler_cls(os.getpid(), interval=0.5) if sampler_cls is not None else None
+    sampler = _sampler()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
+    stopped_at: float | None = None
     if sampler is not None:
         sampler.start()
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    stopped_at: float | None = None
-    while worker.is_alive():
-        worker.join(timeout=1.0)
-        if worker.is_alive() and deadline is not None and time.monotonic() > deadline and stopped_at is None:
-            stopped_at = time.monotonic()
-            print(f"{entry['name']}: deadline reached, stopping ninja", file=sys.stderr, flush=True)
-            _interrupt_ninja()
-    stopped = stopped_at is not None
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(spec.build, verbose=False)
+        while not concurrent.futures.wait([future], timeout=1.0).done:
+            if deadline is not None and time.monotonic() > deadline and stopped_at is None:
+                stopped_at = time.monotonic()
+                print(f"{entry['name']}: deadline reached, stopping ninja", file=sys.stderr, flush=True)
+                _interrupt_ninja()
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if sampler is not None:
@@ -285,25 +218,19 @@ def build_one(entry: dict[str, Any], deadline: float | None) -> dict[str, Any]:
         sampler.join()
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
-    if stopped:
-        status = "stopped"
-    elif error:
-        status = "failed"
-        result["error"] = f"{type(error[0]).__name__}: {error[0]}"[-4000:]
-    elif not Path(spec.jit_library_path).exists():
-        status = "failed"
-        result["error"] = "ninja succeeded but left no .so"
-    else:
-        status = "built"
-    run = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "status": status}
-    runs = [*earlier["runs"], run]
+    error = future.exception()
+    status = "stopped" if stopped_at is not None else "failed" if error or not so.exists() else "built"
+    if status == "failed":
+        result["error"] = f"{type(error).__name__}: {error}"[-4000:] if error else "ninja succeeded but left no .so"
+    runs = [*earlier, {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "status": status}]
     if status == "stopped":
         state_path.write_text(json.dumps({"runs": runs}))
-    elif state_path.exists():
-        state_path.unlink()
+    else:
+        state_path.unlink(missing_ok=True)
 
-    files = ninja_log(build_dir)
+    files = ninja_log(Path(spec.build_dir))
     objects = [f for f in files if f["output"].endswith(".o")]
+    so_bytes = so.stat().st_size if status == "built" else None
     result.update(
         status=status,
         resumed=len(runs) > 1,
@@ -315,12 +242,16 @@ def build_one(entry: dict[str, Any], deadline: float | None) -> dict[str, Any]:
         compile_s_sum=round(sum(f["seconds"] for f in objects), 1),
         slowest_files=files[:12],
         link_s=next((f["seconds"] for f in files if f["output"].endswith(".so")), None),
-        so_bytes=so.stat().st_size if so.exists() and status == "built" else None,
-        so_mib=round(so.stat().st_size / 2**20, 1) if so.exists() and status == "built" else None,
+        so_bytes=so_bytes,
+        so_mib=None if so_bytes is None else round(so_bytes / 2**20, 1),
         memory=memory_summary(sampler),
     )
-    if stopped_at is not None:
-        result["in_flight_at_stop"] = in_flight(sampler, stopped_at)
+    if stopped_at is not None:  # the compile jobs still running at the stop, with how long they had run: lower bounds
+        late = [j for j in sampler.jobs.values() if j["last"] >= stopped_at - 2 * sampler.interval] if sampler else []
+        result["in_flight_at_stop"] = [
+            {"source": j["source"], "ran_s_at_least": round(j["last"] - j["first"])}
+            for j in sorted(late, key=lambda j: j["first"])
+        ]
     return result
 
 
@@ -332,12 +263,9 @@ def machine() -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "MAX_JOBS": os.environ.get("MAX_JOBS"),
         "FLASHINFER_NVCC_THREADS": os.environ.get("FLASHINFER_NVCC_THREADS", "1"),
+        "mem_total_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB, 1),
     }
-    with contextlib.suppress(OSError, ValueError):
-        meminfo = Path("/proc/meminfo").read_text()
-        info["mem_total_gib"] = round(int(re.search(r"MemTotal:\s+(\d+)", meminfo).group(1)) / 2**20, 1)
-    nvcc = shutil.which("nvcc")
-    if nvcc:
+    if nvcc := shutil.which("nvcc"):
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
         info["nvcc_version"] = (re.findall(r"release [\d.]+, V[\d.]+", out) or [out.strip()[-60:]])[0]
     with contextlib.suppress(ImportError):
@@ -348,37 +276,23 @@ def machine() -> dict[str, Any]:
     return info
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# pack: the part of the wheel the census's builds need
-# ---------------------------------------------------------------------------------------------------------------
+# What `pack` keeps of the wheel: all but experimental code, prebuilt artifacts and the csrc trees of modules
+# outside the census (each module's sources are listed by `plan`).
+PACKED = re.compile(
+    r"""[^/]+\.dist-info(/.*)?
+    | flashinfer/(?!(experimental|moe_ep/kernel_src|fused_moe/backends|data/csrc|data/cutlass)(/|$)).*
+    | flashinfer/fused_moe/backends/.*\.py
+    | flashinfer/data/csrc/([^/]+|nv_internal(/.*)?|fused_moe/([^/]+|cutlass_backend/.*))
+    | flashinfer/data/cutlass/(tools/util/)?include(/.*)?""",
+    re.VERBOSE,
+)
 
 
 def _packed(name: str) -> bool:
-    """Whether a wheel member goes into the pack: all but experimental code, prebuilt artifacts and the csrc trees
-    of modules outside the census (each module's sources are listed by `plan`)."""
-    parts = name.split("/")
-    if parts[0] != "flashinfer":
-        return parts[0].endswith(".dist-info")
-    rel = parts[1:]
-    if rel[:1] == ["experimental"] or rel[:2] == ["moe_ep", "kernel_src"]:
-        return False
-    if rel[:2] == ["fused_moe", "backends"]:
-        return name.endswith(".py")
-    if rel[:2] == ["data", "csrc"]:
-        return (
-            len(rel) == 3
-            or rel[2] == "nv_internal"
-            or (rel[2] == "fused_moe" and (len(rel) == 4 or rel[3] == "cutlass_backend"))
-        )
-    if rel[:2] == ["data", "cutlass"]:
-        return rel[2:3] == ["include"] or rel[2:5] == ["tools", "util", "include"]
-    return True
+    return PACKED.fullmatch(name) is not None
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    import tarfile
-    import zipfile
-
     count = size = 0
     with zipfile.ZipFile(args.wheel) as wheel, tarfile.open(args.out, "w:xz") as tar:
         for member in wheel.infolist():
@@ -396,15 +310,11 @@ def cmd_pack(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# CLI
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def cmd_list(census: dict[str, Any]) -> int:
+def cmd_list(census: dict[str, Any], args: argparse.Namespace) -> int:
+    head = census["census"]
     print(
-        f"census: SGLang {census['census']['sglang']}, FlashInfer {census['census']['flashinfer']}, "
-        f"FLASHINFER_CUDA_ARCH_LIST={census['census']['flashinfer_cuda_arch_list']}"
+        f"census: SGLang {head['sglang']}, FlashInfer {head['flashinfer']}, "
+        f"FLASHINFER_CUDA_ARCH_LIST={head['flashinfer_cuda_arch_list']}"
     )
     for m in census["modules"]:
         mark = "measure" if m.get("measure") else "listed"
@@ -414,17 +324,7 @@ def cmd_list(census: dict[str, Any]) -> int:
     return 0
 
 
-def _setup_env(census: dict[str, Any], args: argparse.Namespace) -> None:
-    """FlashInfer reads these when flashinfer.jit is imported: set them first."""
-    os.environ["FLASHINFER_CUDA_ARCH_LIST"] = args.arch or census["census"]["flashinfer_cuda_arch_list"]
-    os.environ["FLASHINFER_WORKSPACE_BASE"] = str(args.workspace.resolve())
-    if getattr(args, "jobs", None):
-        os.environ["MAX_JOBS"] = str(args.jobs)
-    args.workspace.mkdir(parents=True, exist_ok=True)
-
-
 def cmd_plan(census: dict[str, Any], args: argparse.Namespace) -> int:
-    _setup_env(census, args)
     report: dict[str, Any] = {"flashinfer": import_flashinfer(args.import_mode), "modules": []}
     for entry in census["modules"]:
         try:
@@ -436,23 +336,18 @@ def cmd_plan(census: dict[str, Any], args: argparse.Namespace) -> int:
 
 
 def cmd_build(census: dict[str, Any], args: argparse.Namespace) -> int:
-    _setup_env(census, args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s if args.deadline_s else None
-
     report: dict[str, Any] = {
         "census": str(args.census),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "FLASHINFER_CUDA_ARCH_LIST": os.environ["FLASHINFER_CUDA_ARCH_LIST"],
         "machine": machine(),
         "modules": [],
+        "flashinfer": import_flashinfer(args.import_mode),
     }
-    report["flashinfer"] = import_flashinfer(args.import_mode)
-    entries = [m for m in census["modules"] if m.get("measure")]
-    if args.only:
-        entries = [m for m in entries if m["name"] in args.only]
-    entries = [m for m in entries if m["name"] not in (args.skip or [])]
-    for entry in entries:
+    names = set(args.only or [m["name"] for m in census["modules"]]) - set(args.skip or [])
+    for entry in [m for m in census["modules"] if m.get("measure") and m["name"] in names]:
         if deadline is not None and time.monotonic() > deadline:
             report["modules"].append({"name": entry["name"], "status": "not started (deadline)"})
             continue
@@ -480,28 +375,28 @@ def main() -> int:
     k = sub.add_parser("pack", help="pack the part of FlashInfer's wheel that the builds need, as .tar.xz")
     k.add_argument("--wheel", type=Path, required=True)
     k.add_argument("--out", type=Path, required=True)
-    p = sub.add_parser("plan", help="generate every module's JitSpec (sources, flags) and build nothing")
-    p.add_argument("--workspace", type=Path, required=True, help="FLASHINFER_WORKSPACE_BASE")
-    p.add_argument("--arch", help="FLASHINFER_CUDA_ARCH_LIST (default: the census's)")
-    p.add_argument("--import", dest="import_mode", choices=["light", "full"], default="light")
-    b = sub.add_parser("build", help="build and measure the census's modules")
+    jit = argparse.ArgumentParser(add_help=False)  # the options of plan and build
+    jit.add_argument("--workspace", type=Path, required=True, help="FLASHINFER_WORKSPACE_BASE (kept to resume)")
+    jit.add_argument("--arch", help="FLASHINFER_CUDA_ARCH_LIST (default: the census's)")
+    jit.add_argument("--import", dest="import_mode", choices=["light", "full"], default="light")
+    sub.add_parser("plan", parents=[jit], help="generate every module's JitSpec (sources, flags) and build nothing")
+    b = sub.add_parser("build", parents=[jit], help="build and measure the census's modules")
     b.add_argument("--out", type=Path, required=True, help="the JSON results file")
-    b.add_argument("--workspace", type=Path, required=True, help="FLASHINFER_WORKSPACE_BASE (kept to resume)")
     b.add_argument("--only", nargs="*", help="module names to build (default: every `measure = true`)")
     b.add_argument("--skip", nargs="*", help="module names to leave out")
-    b.add_argument("--arch", help="FLASHINFER_CUDA_ARCH_LIST (default: the census's)")
     b.add_argument("--jobs", type=int, help="MAX_JOBS for ninja (default: ninja's own, cores + 2, as at a first start)")
     b.add_argument("--deadline-s", type=float, help="stop ninja this many seconds after the start, keep what it built")
-    b.add_argument("--import", dest="import_mode", choices=["light", "full"], default="light")
     args = ap.parse_args()
     if args.command == "pack":
         return cmd_pack(args)
     census = load_census(args.census)
-    if args.command == "list":
-        return cmd_list(census)
-    if args.command == "plan":
-        return cmd_plan(census, args)
-    return cmd_build(census, args)
+    if args.command != "list":  # FlashInfer reads these when flashinfer.jit is imported: set them first
+        os.environ["FLASHINFER_CUDA_ARCH_LIST"] = args.arch or census["census"]["flashinfer_cuda_arch_list"]
+        os.environ["FLASHINFER_WORKSPACE_BASE"] = str(args.workspace.resolve())
+        if getattr(args, "jobs", None):
+            os.environ["MAX_JOBS"] = str(args.jobs)
+        args.workspace.mkdir(parents=True, exist_ok=True)
+    return {"list": cmd_list, "plan": cmd_plan, "build": cmd_build}[args.command](census, args)
 
 
 if __name__ == "__main__":

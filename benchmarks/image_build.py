@@ -5,12 +5,11 @@ re-ran), and the sizes of the devel base, the runtime image, and the runtime ima
     .venv/bin/python benchmarks/image_build.py [--cold] [--sglang V] [--out FILE]
     .venv/bin/python benchmarks/image_build.py --sizes [--before] [--out FILE]
 
---cold removes this project's images and BuildKit's whole build cache first (it rebuilds everything, the
-bases too): the figure a fresh machine sees. Without it the first build uses whatever cache is there.
---sizes builds nothing: for every track's offline image in the engine, its size (MiB) and the venv's biggest
-packages; with --before also the same runtime stage built without the track's not_shipped entries (the image as it
-was before them: one more venv copy, removed after), so the figure before and after is measured, not summed.
-Writes a JSON report (default .cache/bench/image-build.json, image-sizes.json for --sizes) and prints markdown.
+--cold removes this project's images and BuildKit's whole build cache first (the figure a fresh machine sees).
+--sizes builds nothing: every track's offline image in the engine, its size and the venv's biggest packages; with
+--before also the same runtime stage built without the build.toml [[not_shipped]] entries whose `sglang` range
+takes the track (one more venv copy, removed after). Writes a JSON report (default .cache/bench/image-build.json
+or image-sizes.json).
 """
 
 from __future__ import annotations
@@ -29,45 +28,47 @@ import docker
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_PY = [sys.executable, str(ROOT / "build.py")]
 STEP = re.compile(r"^#\d+ \[(?P<stage>[\w.-]+) (?P<n>\d+)/(?P<m>\d+)\] (?P<what>.*)$")
+MIB = 1 << 20
+# The size target of every track's offline runtime image: half of SGLang's own runtime image (20 GB, its PR #13861),
+# by leaving out only what sm_120 never loads (build.toml [[not_shipped]]). A figure here, not a test.
+SIZE_TARGET_MIB = 10_240
 
 
-def plan(sglang: str | None, profile: str = "offline") -> dict:
-    args = [*BUILD_PY, "plan", "--json", "--profile", profile] + (["--sglang", sglang] if sglang else [])
-    return json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
+def build_py(*args: str) -> str:
+    return subprocess.run([*BUILD_PY, *args], check=True, capture_output=True, text=True).stdout
 
 
-def build(extra: list[str], log: Path) -> tuple[float, list[str]]:
-    """Run build.py build; return the wall time and the stage steps that ran (not CACHED)."""
+def plan(sglang: str | None) -> dict:
+    return json.loads(build_py("plan", "--json", "--profile", "offline", *(["--sglang", sglang] if sglang else [])))
+
+
+def build(sglang: str, out: Path, name: str) -> tuple[float, list[str]]:
+    """Run build.py build (its log: OUT-NAME.log); return the wall time and the stage steps that ran (not CACHED)."""
     started = time.monotonic()
-    proc = subprocess.run([*BUILD_PY, "build", "--profile", "offline", *extra], capture_output=True, text=True)
+    proc = subprocess.run(
+        [*BUILD_PY, "build", "--profile", "offline", "--sglang", sglang], capture_output=True, text=True
+    )
     wall = time.monotonic() - started
+    log = out.with_name(f"{out.stem}-{name}.log")
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"build failed (log: {log}): {proc.stderr.strip().splitlines()[-1:]}")
     steps: dict[str, str] = {}
     cached: set[str] = set()
     for line in proc.stdout.splitlines():
-        m = STEP.match(line)
-        if m:
-            key = line.split(" ", 1)[0]
+        key = line.split(" ", 1)[0]
+        if m := STEP.match(line):
             steps[key] = f"{m['stage']} {m['n']}/{m['m']} {m['what'][:60]}"
         elif line.endswith(" CACHED"):
-            cached.add(line.split(" ", 1)[0])
+            cached.add(key)
     ran = sorted({v for k, v in steps.items() if k not in cached and not v.split(" ")[2].startswith("FROM")})
-    export = re.search(r"exporting layers ([\d.]+)s done", proc.stdout)
-    if export:
+    if export := re.search(r"exporting layers ([\d.]+)s done", proc.stdout):
         ran.append(f"(exporting layers {export.group(1)} s)")
     return wall, ran
 
 
 def size(client: docker.DockerClient, tag: str) -> int:
     return client.images.get(tag).attrs["Size"]
-
-
-MIB = 1 << 20
-# The size target of every track's offline runtime image: half of SGLang's own runtime image (20 GB, its PR #13861),
-# by leaving out only what sm_120 never loads (build.toml [[tracks.*.not_shipped]]). A figure here, not a test.
-SIZE_TARGET_MIB = 10_240
 
 
 def biggest(client: docker.DockerClient, tag: str, python: str, most: int = 12) -> list[tuple[str, int]]:
@@ -86,14 +87,7 @@ def biggest(client: docker.DockerClient, tag: str, python: str, most: int = 12) 
 def variant(tag: str, track: str, arg: str, value: str, suffix: str) -> str:
     """The image built by the buildx command build.py runs (`--print`) with one build argument and the tag changed;
     returns its tag."""
-    cmd = shlex.split(
-        subprocess.run(
-            [*BUILD_PY, "build", "--profile", "offline", "--sglang", track, "--print"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    )
+    cmd = shlex.split(build_py("build", "--profile", "offline", "--sglang", track, "--print"))
     other = f"{tag}-{suffix}"
     cmd = [f"{arg}={value}" if a.startswith(f"{arg}=") else other if a == tag else a for a in cmd]
     subprocess.run(cmd, check=True, capture_output=True)
@@ -142,14 +136,12 @@ def main() -> int:
     ap.add_argument("--sizes", action="store_true", help="sizes of every track's offline image; builds nothing")
     ap.add_argument("--before", action="store_true", help="with --sizes: also the image without not_shipped")
     args = ap.parse_args()
-    name = "image-sizes.json" if args.sizes else "image-build.json"
-    args.out = args.out or ROOT / ".cache/bench" / name
+    args.out = args.out or ROOT / ".cache/bench" / ("image-sizes.json" if args.sizes else "image-build.json")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.sizes:
         return sizes(args)
     p = plan(args.sglang)
-    tag = p["tags"][0]
-    track = ["--sglang", p["sglang_version"]]
+    tag, track = p["tags"][0], p["sglang_version"]
     client = docker.from_env()
     report: dict[str, object] = {"tag": tag, "date": time.strftime("%Y-%m-%d"), "cold": args.cold}
 
@@ -159,36 +151,33 @@ def main() -> int:
                 client.images.remove(image.id, force=True)
         subprocess.run(["docker", "builder", "prune", "--all", "--force"], check=True, capture_output=True)
 
-    log = args.out.with_suffix("")
-    report["first_build_s"], _ = build(track, log.with_name(log.name + "-first.log"))
-    report["noop_rebuild_s"], report["noop_reran"] = build(track, log.with_name(log.name + "-noop.log"))
-
+    report["first_build_s"], _ = build(track, args.out, "first")
+    report["noop_rebuild_s"], report["noop_reran"] = build(track, args.out, "noop")
     # Patch-only rebuild: a new line in an SGLang patch's header changes its bytes (so its layer and the patch
     # stage), not its diff. The patch is restored afterwards.
     victim = ROOT / next(x["path"] for x in p["patches"] if x["component"] == "sglang")
     original = victim.read_bytes()
     try:
         victim.write_bytes(original.replace(b"\n", b"\n(benchmark: a patch-only edit)\n", 1))
-        report["patch_rebuild_s"], report["patch_reran"] = build(track, log.with_name(log.name + "-patch.log"))
+        report["patch_rebuild_s"], report["patch_reran"] = build(track, args.out, "patch")
     finally:
         victim.write_bytes(original)
-    build(track, log.with_name(log.name + "-restore.log"))
+    build(track, args.out, "restore")
 
     # The runtime stage on the devel base instead of the runtime base: what the runtime base saves.
     started = time.monotonic()
-    on_devel = variant(tag, p["sglang_version"], "RUNTIME_BASE_IMAGE", p["base_image"], "on-devel")
+    on_devel = variant(tag, track, "RUNTIME_BASE_IMAGE", p["base_image"], "on-devel")
     report["on_devel_build_s"] = time.monotonic() - started
-    report["sizes"] = {
+    s = report["sizes"] = {
         "devel_base": size(client, p["base_image"]),
         "runtime_base": size(client, p["runtime_base_image"]),
         "runtime_image": size(client, tag),
         "runtime_image_on_devel_base": size(client, on_devel),
     }
-    report["runtime_over_on_devel"] = report["sizes"]["runtime_image"] / report["sizes"]["runtime_image_on_devel_base"]
+    report["runtime_over_on_devel"] = s["runtime_image"] / s["runtime_image_on_devel_base"]
     client.images.remove(on_devel)  # only its size was wanted: it holds a second copy of the venv
-    (args.out).write_text(json.dumps(report, indent=2))
+    args.out.write_text(json.dumps(report, indent=2))
     gb = 1e9
-    s = report["sizes"]
     print(f"| figure | {tag} |\n|---|---|")
     print(f"| {'cold' if args.cold else 'first'} build | {report['first_build_s'] / 60:.1f} min |")
     print(f"| no-op rebuild | {report['noop_rebuild_s']:.0f} s, steps re-run: {len(report['noop_reran'])} |")

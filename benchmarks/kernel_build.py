@@ -1,18 +1,13 @@
 #!/usr/bin/env python3
-"""Measure one run of the flash-attn stage script (docker/stages/flash-attn.sh), the same script the
-Dockerfile runs: wall time, CPU time, peak memory of the whole build and of every compile job and process
-kind (nvcc, cicc, ptxas, cudafe++, cc1plus), the wheel's size, the SASS it carries (cuobjdump) and whether
-the extension imports.
+"""Measure one run of the flash-attn stage script (docker/stages/flash-attn.sh), the one the Dockerfile runs: wall
+and CPU time, peak memory of the build and of every compile job and process kind, the wheel's size, its SASS
+(cuobjdump) and whether the extension imports. Writes OUT/<label>.json; needs psutil.
 
     python3 benchmarks/kernel_build.py --label release --out OUT --sdist flash_attn-2.8.3.tar.gz --max-jobs 16
 
-The flash-attn settings are the plan's build args, the ones the Dockerfile's flash-attn stage declares: from
-`--plan FILE` (the output of `build.py plan --json`, for a machine without this project's dependencies) or else
-resolved here for `--profile` (default release) and `--sglang`; `--archs`, `--head-dims`, `--dtypes`,
-`--backward`, `--cxx-std`, `--patches` and `--version` override one each (a variant to compare).
-
-Writes OUT/<label>.json. Needs psutil (the H200 lender's image has it). docs/kernel-build-sm120.md has the
-figures and the exact commands.
+The flash-attn settings are the plan's build args for the Dockerfile's flash-attn stage: from `--plan FILE` (a
+`build.py plan --json` output) or resolved here for `--profile` and `--sglang`; the other options override one
+build arg each. docs/kernel-build-sm120.md has the figures and the exact commands.
 """
 
 from __future__ import annotations
@@ -53,8 +48,9 @@ KINDS = ("nvcc", "cicc", "ptxas", "cudafe++", "cc1plus", "fatbinary", "nvlink", 
 SOURCE = re.compile(r"(?:^|/)([\w.+-]+\.(?:cu|cpp))$")
 
 
-def _kind(name: str) -> str | None:
-    return next((kind for kind in KINDS if name.startswith(kind)), None)
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class Sampler(threading.Thread):
@@ -65,7 +61,7 @@ class Sampler(threading.Thread):
         self.root_pid = root_pid
         self.interval = interval
         self.stop = threading.Event()
-        self.procs: dict[int, dict] = {}  # pid -> {name, kind, hwm, cpu, parent_job, first, last}
+        self.procs: dict[int, dict] = {}  # pid -> {kind, hwm, cpu, job}
         self.jobs: dict[int, dict] = {}  # job root pid -> {source, peak_rss, first, last}
         self.peak_total = 0
         self.peak_procs = 0
@@ -73,19 +69,16 @@ class Sampler(threading.Thread):
     def _job_of(self, proc: psutil.Process) -> int | None:
         """The compile job a process belongs to: the ancestor whose parent is ninja (ninja runs one per file)."""
         child = proc
-        while True:
-            try:
-                parent = child.parent()
-            except psutil.Error:
-                return None
-            if parent is None or parent.pid == self.root_pid:
-                return None
-            if parent.name() == "ninja":
-                return child.pid
-            known = self.procs.get(parent.pid)
-            if known is not None:
-                return known["job"]
-            child = parent
+        with contextlib.suppress(psutil.Error):
+            for parent in proc.parents():
+                if parent.pid == self.root_pid:
+                    return None
+                if parent.name() == "ninja":
+                    return child.pid
+                if parent.pid in self.procs:
+                    return self.procs[parent.pid]["job"]
+                child = parent
+        return None
 
     def run(self) -> None:
         try:
@@ -106,29 +99,25 @@ class Sampler(threading.Thread):
                         rss = proc.memory_info().rss
                         name = proc.name()
                         cpu = proc.cpu_times()
-                        status = Path(f"/proc/{proc.pid}/status").read_text()
-                    hwm_match = re.search(r"VmHWM:\s+(\d+) kB", status)
-                    hwm = int(hwm_match.group(1)) * 1024 if hwm_match else rss
+                        hwm = re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{proc.pid}/status").read_text())
                 except (psutil.Error, OSError):
                     continue
                 total += rss
-                info = self.procs.get(proc.pid)
-                if info is None:
-                    job = self._job_of(proc)
-                    info = {"name": name, "kind": _kind(name), "hwm": 0, "cpu": 0.0, "job": job, "first": now}
-                    self.procs[proc.pid] = info
-                    if job is not None and job not in self.jobs:
-                        self.jobs[job] = {"source": None, "peak_rss": 0, "first": now, "last": now}
-                info["hwm"] = max(info["hwm"], hwm)
+                if proc.pid not in self.procs:
+                    kind = next((kind for kind in KINDS if name.startswith(kind)), None)
+                    self.procs[proc.pid] = {"kind": kind, "hwm": 0, "job": self._job_of(proc)}
+                info = self.procs[proc.pid]
+                info["hwm"] = max(info["hwm"], int(hwm[1]) * 1024 if hwm else rss)
                 info["cpu"] = cpu.user + cpu.system
-                info["last"] = now
                 job = info["job"]
-                if job is not None:
-                    per_job[job] = per_job.get(job, 0) + rss
-                    if self.jobs[job]["source"] is None:
-                        with contextlib.suppress(psutil.Error):
-                            found = [m[1] for arg in proc.cmdline() if (m := SOURCE.search(arg)) and "-o" not in arg]
-                            self.jobs[job]["source"] = found[0] if found else None
+                if job is None:
+                    continue
+                per_job[job] = per_job.get(job, 0) + rss
+                entry = self.jobs.setdefault(job, {"source": None, "peak_rss": 0, "first": now, "last": now})
+                if entry["source"] is None:
+                    with contextlib.suppress(psutil.Error):
+                        found = (m[1] for arg in proc.cmdline() if (m := SOURCE.search(arg)) and "-o" not in arg)
+                        entry["source"] = next(found, None)
             for job, rss in per_job.items():
                 self.jobs[job]["peak_rss"] = max(self.jobs[job]["peak_rss"], rss)
                 self.jobs[job]["last"] = now
@@ -136,27 +125,39 @@ class Sampler(threading.Thread):
             self.peak_procs = max(self.peak_procs, len(tree))
             self.stop.wait(self.interval)
 
+    def kinds(self) -> dict[str, dict[str, float]]:
+        """Per process kind: how many ran, the largest peak RSS (bytes) and the CPU seconds of them all."""
+        kinds: dict[str, dict[str, float]] = {}
+        for info in self.procs.values():
+            if info["kind"] is not None:
+                k = kinds.setdefault(info["kind"], {"count": 0, "peak_rss_max": 0, "cpu_s": 0.0})
+                k["count"] += 1
+                k["peak_rss_max"] = max(k["peak_rss_max"], info["hwm"])
+                k["cpu_s"] += info["cpu"]
+        return kinds
+
 
 def _cuobjdump(so: Path) -> dict[str, object]:
     tool = shutil.which("cuobjdump")
     if tool is None:
         return {"error": "cuobjdump not on PATH"}
-    out = subprocess.run([tool, "--list-elf", str(so)], capture_output=True, text=True, check=False)
-    archs = sorted(set(re.findall(r"\.(sm_\d+a?)\.cubin", out.stdout)))
-    count = len(re.findall(r"\.cubin", out.stdout))
-    ptx = subprocess.run([tool, "--list-ptx", str(so)], capture_output=True, text=True, check=False)
-    return {"sass_archs": archs, "cubins": count, "ptx_entries": len(ptx.stdout.strip().splitlines())}
+    elf = subprocess.run([tool, "--list-elf", str(so)], capture_output=True, text=True, check=False).stdout
+    ptx = subprocess.run([tool, "--list-ptx", str(so)], capture_output=True, text=True, check=False).stdout
+    return {
+        "sass_archs": sorted(set(re.findall(r"\.(sm_\d+a?)\.cubin", elf))),
+        "cubins": len(re.findall(r"\.cubin", elf)),
+        "ptx_entries": len(ptx.strip().splitlines()),
+    }
 
 
-def _inspect_wheel(wheel: Path, python: str) -> dict[str, object]:
+def _inspect_wheel(wheel: Path) -> dict[str, object]:
     info: dict[str, object] = {"wheel": wheel.name, "wheel_bytes": wheel.stat().st_size}
     with tempfile.TemporaryDirectory() as tmp:
         with zipfile.ZipFile(wheel) as zf:
             zf.extractall(tmp)
-        sos = sorted(Path(tmp).glob("*.so"))
-        info["extensions"] = {so.name: {"bytes": so.stat().st_size, **_cuobjdump(so)} for so in sos}
+        info["extensions"] = {so.name: {"bytes": so.stat().st_size, **_cuobjdump(so)} for so in Path(tmp).glob("*.so")}
         probe = subprocess.run(
-            [python, "-c", "import torch, flash_attn_2_cuda as m; print([n for n in dir(m) if n[0] != '_'])"],
+            [sys.executable, "-c", "import torch, flash_attn_2_cuda as m; print([n for n in dir(m) if n[0] != '_'])"],
             capture_output=True,
             text=True,
             check=False,
@@ -168,23 +169,16 @@ def _inspect_wheel(wheel: Path, python: str) -> dict[str, object]:
     return info
 
 
-def plan_build_args(plan: Path | None, profile: str, sglang: str | None) -> dict[str, str]:
-    """The plan's build args: from a `build.py plan --json` file, or resolved from build.toml here."""
-    if plan is not None:
-        return json.loads(plan.read_text())["build_args"]
-    from sm120.plan.resolve import load_plan
-
-    return load_plan(profile=profile, sglang=sglang).build_args
-
-
 def stage_args(args: argparse.Namespace) -> dict[str, str]:
     """What the Dockerfile's flash-attn stage gets from the plan, with this run's overrides."""
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    stage = build_args.stage_env(plan_build_args(args.plan, args.profile, args.sglang), dockerfile, "flash-attn")
-    for option, name in OVERRIDES.items():
-        if getattr(args, option) is not None:
-            stage[name] = getattr(args, option)
-    return stage
+    if args.plan is not None:
+        plan = json.loads(args.plan.read_text())["build_args"]
+    else:
+        from sm120.plan.resolve import load_plan
+
+        plan = load_plan(profile=args.profile, sglang=args.sglang).build_args
+    stage = build_args.stage_env(plan, (ROOT / "Dockerfile").read_text(), "flash-attn")
+    return stage | {name: getattr(args, opt) for opt, name in OVERRIDES.items() if getattr(args, opt) is not None}
 
 
 def main() -> int:
@@ -195,8 +189,8 @@ def main() -> int:
     ap.add_argument("--plan", type=Path, help="a `build.py plan --json` output to take the build args from")
     ap.add_argument("--profile", default="release", help="else: resolve the plan of this profile here")
     ap.add_argument("--sglang", help="and this SGLang track (default: build.toml's)")
-    for option in OVERRIDES:
-        ap.add_argument("--" + option.replace("_", "-"), help=f"override the plan's {OVERRIDES[option]}")
+    for option, name in OVERRIDES.items():
+        ap.add_argument("--" + option.replace("_", "-"), help=f"override the plan's {name}")
     ap.add_argument("--max-jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--nvcc-threads", type=int, default=1)
     args = ap.parse_args()
@@ -215,42 +209,30 @@ def main() -> int:
         WHEELHOUSE="/nonexistent",
         FLASH_ATTN_WORK_DIR=tempfile.mkdtemp(prefix=f"fa-{args.label}-"),  # builds may run side by side
     )
-    log = args.out / f"{args.label}.log"
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    with log.open("w") as fh:
-        script = str(ROOT / "docker/stages/flash-attn.sh")
-        proc = subprocess.Popen(["bash", script], env=env, stdout=fh, stderr=subprocess.STDOUT)
+    cpu, started = children_cpu(), time.monotonic()
+    with (args.out / f"{args.label}.log").open("w") as log:
+        proc = subprocess.Popen(["bash", ROOT / "docker/stages/flash-attn.sh"], env=env, stdout=log, stderr=log)
         sampler = Sampler(proc.pid)
         sampler.start()
         code = proc.wait()
         sampler.stop.set()
         sampler.join()
-    wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    wall, cpu = time.monotonic() - started, children_cpu() - cpu
 
-    kinds: dict[str, dict[str, float]] = {}
-    for info in sampler.procs.values():
-        kind = info["kind"]
-        if kind is None:
-            continue
-        k = kinds.setdefault(kind, {"count": 0, "peak_rss_max": 0, "cpu_s": 0.0})
-        k["count"] += 1
-        k["peak_rss_max"] = max(k["peak_rss_max"], info["hwm"])
-        k["cpu_s"] += info["cpu"]
-    jobs = []
-    for pid, job in sampler.jobs.items():
-        job_cpu = sum(p["cpu"] for p in sampler.procs.values() if p["job"] == pid)
-        jobs.append(
-            {
-                "source": job["source"],
-                "peak_rss": job["peak_rss"],
-                "cpu_s": round(job_cpu, 1),
-                "wall_s": round(job["last"] - job["first"], 1),
-            }
-        )
+    jobs = [
+        {
+            "source": job["source"],
+            "peak_rss": job["peak_rss"],
+            "cpu_s": round(sum(p["cpu"] for p in sampler.procs.values() if p["job"] == pid), 1),
+            "wall_s": round(job["last"] - job["first"], 1),
+        }
+        for pid, job in sampler.jobs.items()
+    ]
     jobs.sort(key=lambda j: -j["peak_rss"])
+    try:
+        import torch
+    except ImportError:
+        torch = None
     result: dict[str, object] = {
         "label": args.label,
         "config": {
@@ -263,20 +245,15 @@ def main() -> int:
         "cpu_s": round(cpu, 1),
         "peak_total_rss": sampler.peak_total,
         "peak_processes": sampler.peak_procs,
-        "kinds": kinds,
+        "kinds": sampler.kinds(),
         "jobs": jobs,
         "machine": {"cpus": os.cpu_count(), "mem_bytes": psutil.virtual_memory().total},
         "python": sys.version.split()[0],
+        "torch": torch and torch.__version__,
     }
-    try:
-        import torch
-
-        result["torch"] = torch.__version__
-    except ImportError:
-        result["torch"] = None
     built = sorted(wheels.glob("*.whl"))
     if built:
-        result.update(_inspect_wheel(built[0], sys.executable))
+        result.update(_inspect_wheel(built[0]))
         if built[0].stat().st_size < 15 * 1024**2:  # small enough to come back from the device
             shutil.copy2(built[0], args.out / built[0].name)
     (args.out / f"{args.label}.json").write_text(json.dumps(result, indent=2))

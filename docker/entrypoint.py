@@ -1,11 +1,8 @@
 #!/usr/bin/env python3
 """The image's entrypoint: `docker run --gpus all IMAGE [baseline|eagle3] [--dry-run] [-- SGLANG-OPTIONS]`.
 
-tini (PID 1) runs this script with the venv's python3; it checks the request in seconds, then replaces itself
-with `python3 -m sglang.launch_server ...` (exec), so `docker stop` reaches SGLang through tini. The logic is
-the package `sm120.image.entrypoint` (standard library only; `--help` explains modes and variables). The image holds
-that package beside this script (/opt/sglang-sm120/sm120/image/entrypoint); a checkout holds it one level up from
-docker/, where the tests run this script.
+tini (PID 1) runs it; it checks the request in seconds, then execs SGLang, so `docker stop` reaches SGLang through
+tini. Its package, sm120.image.entrypoint, lies beside this script in the image and one level up in a checkout.
 """
 
 from __future__ import annotations

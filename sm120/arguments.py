@@ -19,13 +19,10 @@ def shown(text: str, limit: int = 40) -> str:
     return quoted if len(quoted) <= limit else quoted[: limit - 4] + "...'" + f" ({len(text)} characters)"
 
 
-_WHAT = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}
-
-
 def integer(minimum: int | None = None) -> Callable[[str], int]:
     """argparse type: an integer in ASCII digits (int() also takes '+5', ' 5', '5_0' and other scripts' digits) of
     at most MAX_DIGITS digits, at least `minimum` (None, 0 or 1)."""
-    what = _WHAT[minimum]
+    what = {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}[minimum]
 
     def parse(text: str) -> int:
         if not re.fullmatch(r"[0-9]+" if minimum is not None else r"-?[0-9]+", text):
@@ -68,7 +65,6 @@ def memory_gib(text: str) -> float:
 
 
 def add_config_args(parser: argparse.ArgumentParser, *, sglang: bool = True, profile: bool = True) -> None:
-    """The options every plan-reading subcommand shares."""
     parser.add_argument("--config", metavar="FILE", help="build.toml to read (default: the checkout's)")
     if profile:
         parser.add_argument(

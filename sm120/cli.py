@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -76,13 +77,10 @@ class Parser(argparse.ArgumentParser):
 def _closest(message: str) -> str:
     """'; perhaps you meant X' for argparse's "invalid choice: 'x' (choose from ...)" (as cibuildwheel does)."""
     match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-    if not match:
-        return ""
-    return suggest(match.group(1), re.findall(r"'?([^',\s]+)'?", match.group(2)))
+    return suggest(match.group(1), re.findall(r"'?([^',\s]+)'?", match.group(2))) if match else ""
 
 
 def version() -> str:
-    """This project's version, pyproject.toml's."""
     return re.findall(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)[0]
 
 
@@ -97,22 +95,20 @@ def build_parser() -> Parser:
 
 
 class _StdoutFailed(Exception):
-    """Writing standard output failed (a full disk, an I/O error): one line and exit 1, not a traceback. Not an
-    OSError, so that a command's own handling of its files (and argparse's of --help) does not take it for theirs."""
+    """Writing standard output failed (a full disk, an I/O error): one line and exit 1. Not an OSError, so that a
+    command's own handling of its files (and argparse's of --help) does not take it for theirs."""
 
 
 class _GuardedStdout:
     """The stream under sys.stdout's Redacted while build.py runs (Redacted calls only its write and flush): an
-    OSError from writing it is told apart from any other OSError; BrokenPipeError stays main's own case (exit 141)."""
+    OSError from writing it becomes _StdoutFailed; BrokenPipeError stays main's own case (exit 141)."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
-    def write(self, text: str) -> int:
-        return self._guarded(self._stream.write, text)
-
-    def flush(self) -> None:
-        self._guarded(self._stream.flush)
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._stream, name)
+        return functools.partial(self._guarded, attr) if name in ("write", "flush") else attr
 
     @staticmethod
     def _guarded(call: Callable[..., Any], *args: Any) -> Any:
@@ -122,9 +118,6 @@ class _GuardedStdout:
             raise
         except OSError as exc:
             raise _StdoutFailed(exc.strerror or str(exc)) from None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
 
 
 def _stdout_to_devnull() -> None:
@@ -168,11 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
-    except UsageError as exc:
-        print(f"build.py {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except CheckFailed as exc:
-        print(f"build.py {args.command}: failed: {exc}", file=sys.stderr)
+    except (UsageError, CheckFailed) as exc:
+        word = "error" if isinstance(exc, UsageError) else "failed"
+        print(f"build.py {args.command}: {word}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:  # Ctrl-C; SIGTERM where a command turns it into one (exit 143)
         print(f"build.py {args.command}: {getattr(exc, 'what', 'interrupted')}", file=sys.stderr)

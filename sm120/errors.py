@@ -1,13 +1,14 @@
 """Errors that the CLI turns into one line on stderr and an exit status, never a traceback, and its suggestions.
-
-UsageError and CheckFailed are defined in sm120/image/exit_errors.py (the one module the patch engine imports, which the
-image build copies); this module is the CLI side, never copied into the image, so editing it re-runs no stage.
-"""
+UsageError and CheckFailed live in sm120/image/exit_errors.py (the image build copies it, not this module)."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-from collections.abc import Iterable
+import signal
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from sm120.image.exit_errors import CheckFailed as CheckFailed
 from sm120.image.exit_errors import UsageError as UsageError
@@ -34,3 +35,57 @@ class Terminated(KeyboardInterrupt):
 
     exit_code = 143
     what = "terminated (SIGTERM)"
+
+
+HELD_SIGNALS = 3  # while a held step runs (containers being removed), the signal that leaves at once
+
+
+def _interruption(signum: int) -> KeyboardInterrupt:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+class _Signals:
+    """SIGINT and SIGTERM raise at once, or inside `held()` (a block never left half done: containers being removed,
+    pytest being started) when the block ends; the HELD_SIGNALS-th signal while held is raised at once."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: list[int] = []
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.depth and len(self.pending) < HELD_SIGNALS - 1:
+            self.pending.append(signum)
+            return
+        self.pending.clear()
+        raise _interruption(signum)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.depth += 1
+        signum = None
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if not self.depth and self.pending:
+                signum = self.pending[0]
+                self.pending.clear()
+        if signum is not None:
+            raise _interruption(signum)
+
+
+SIGNALS = _Signals()
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM handled by SIGNALS while the block runs (in the main thread; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, SIGNALS.handle) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

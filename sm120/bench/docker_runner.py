@@ -1,9 +1,6 @@
-"""`--image`: start the image once per mode with the docker SDK, wait for /health, hand back its endpoint.
-
-The container gets the GPUs (`--gpus all` as a device request), the model directory read-only, a named
-volume on the image's JIT cache directory (so a restart does not recompile), `ipc_mode="host"` (NCCL needs
-more than Docker's 64 MB /dev/shm) and its port published on 127.0.0.1 only, on a free port. It is always
-stopped and removed, also on an error or Ctrl-C, and its log is kept in the output directory.
+"""`--image`: start the image once per mode with the docker SDK, wait for /health, hand back its endpoint. A named
+volume on the JIT cache directory (a restart does not recompile), `ipc_mode="host"` (NCCL needs more than Docker's
+64 MB /dev/shm), the port on 127.0.0.1 only; always stopped and removed, its log kept in the output directory.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from sm120.bench import probe
 from sm120.bench.probe import ServerUnreachable
 from sm120.build.docker_client import connect as docker_connect
 from sm120.build.docker_client import describe
-from sm120.build.docker_client import image as docker_image
 from sm120.errors import CheckFailed
 from sm120.image.entrypoint import key_file
 from sm120.image.entrypoint.errors import redact
@@ -70,10 +66,8 @@ def device_requests(gpus: str) -> list[Any]:
 
     if gpus == "none":
         return []
-    if gpus == "all":
-        return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    ids = [g.strip() for g in gpus.split(",") if g.strip()]
-    return [docker.types.DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+    which = {"count": -1} if gpus == "all" else {"device_ids": [g.strip() for g in gpus.split(",") if g.strip()]}
+    return [docker.types.DeviceRequest(**which, capabilities=[["gpu"]])]
 
 
 def connect() -> Any:
@@ -81,17 +75,19 @@ def connect() -> Any:
     return docker_connect(ServerUnreachable)
 
 
-def check_image(client: Any, image: str, flag: str = "--image") -> None:
-    docker_image(client, image, flag)
+def read_only(*mounts: tuple[Path | None, str]) -> dict[str, dict[str, str]]:
+    """The docker SDK's volumes: each host path given (not None) mounted read-only where its pair says."""
+    return {str(host.resolve()): {"bind": bind, "mode": "ro"} for host, bind in mounts if host is not None}
 
 
-def _last_log_line(container: Any) -> str:
+def last_line(container: Any, limit: int, **logs: Any) -> str:
+    """What the container printed last (redacted, Python's warnings' echoes left out), for a one-line message."""
     try:
-        raw = container.logs(tail=5)
+        text = container.logs(**logs).decode("utf-8", "replace")
     except Exception:
         return ""
-    lines = [ln for ln in raw.decode(errors="replace").splitlines() if ln.strip()]
-    return lines[-1].strip()[:100] if lines else ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(("warnings.warn", "  "))]
+    return redact(lines[-1])[:limit] if lines else ""
 
 
 def save_log(container: Any, path: Path) -> Path | None:
@@ -107,42 +103,32 @@ def save_log(container: Any, path: Path) -> Path | None:
 def wait_healthy(container: Any, endpoint: str, spec: ContainerSpec, log_path: Path) -> None:
     """Poll /health until 200, the container exits, or --health-timeout passes; the progress on stderr (a tqdm
     line on a terminal, a line every 30 s elsewhere). A 401/403 is the key refused (exit 2), not "not yet"."""
-    start = time.monotonic()
-    tty = sys.stderr.isatty()
-    bar = tqdm(
-        desc=f"{spec.label}: starting", file=sys.stderr, bar_format="{desc} {elapsed} {postfix}", disable=not tty
-    )
+    start, desc = time.monotonic(), f"{spec.label}: starting"
+    bar = tqdm(desc=desc, file=sys.stderr, bar_format="{desc} {elapsed} {postfix}", disable=not sys.stderr.isatty())
     key = key_file.read(str(spec.api_key_file)).value if spec.api_key_file else None
     try:
         while True:
             elapsed = time.monotonic() - start
             container.reload()
             if container.status in ("exited", "dead"):
-                save_log(container, log_path)
                 raise CheckFailed(
                     f"{spec.label}: the container exited (status {container.attrs['State'].get('ExitCode')}) after "
                     f"{elapsed:.0f} s before /health answered; its log: {log_path}"
                 )
-            try:
+            with contextlib.suppress(ServerUnreachable):  # not yet; a KeyRefused ends the wait
                 probe.health(endpoint, key, deadline_s=5)
                 print(f"{spec.label}: /health answered after {elapsed:.0f} s", file=sys.stderr, flush=True)
                 return
-            except ServerUnreachable:
-                pass
             if elapsed > spec.health_timeout_s:
-                save_log(container, log_path)
                 raise CheckFailed(
                     f"{spec.label}: /health did not answer within {spec.health_timeout_s:.0f} s (--health-timeout); "
                     f"its log: {log_path}"
                 )
             if not bar.disable:
-                bar.set_postfix_str(_last_log_line(container))
+                bar.set_postfix_str(last_line(container, 100, tail=5))
             elif elapsed // 30 > (elapsed - HEALTH_POLL_S) // 30:
-                print(
-                    f"{spec.label}: waiting for /health, {elapsed:.0f} s; log: {_last_log_line(container)}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                log = last_line(container, 100, tail=5)
+                print(f"{spec.label}: waiting for /health, {elapsed:.0f} s; log: {log}", file=sys.stderr, flush=True)
             time.sleep(HEALTH_POLL_S)
     finally:
         bar.close()
@@ -155,14 +141,12 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
     import docker
 
     log_path = out_dir / f"{spec.label}.log"
-    volumes: dict[str, dict[str, str]] = {spec.cache_volume: {"bind": spec.cache_dir, "mode": "rw"}}
-    if spec.models_dir is not None:
-        volumes[str(spec.models_dir.resolve())] = {"bind": MODELS_MOUNT, "mode": "ro"}
-    environment = dict(spec.env)
-    if spec.api_key_file is not None:
-        volumes[str(spec.api_key_file.resolve())] = {"bind": KEY_MOUNT, "mode": "ro"}
-        environment[key_file.VARIABLE] = KEY_MOUNT
-    volumes.update(spec.extra_volumes)
+    volumes = {
+        spec.cache_volume: {"bind": spec.cache_dir, "mode": "rw"},
+        **read_only((spec.models_dir, MODELS_MOUNT), (spec.api_key_file, KEY_MOUNT)),
+        **spec.extra_volumes,
+    }
+    environment = {**spec.env, **({key_file.VARIABLE: KEY_MOUNT} if spec.api_key_file else {})}
     name = f"{namespace()}-bench-{re.sub(r'[^a-zA-Z0-9_.-]', '-', spec.label)}-{os.getpid()}"
     container = None
     try:
@@ -185,7 +169,6 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
         container.reload()
         bindings = (container.ports or {}).get(f"{spec.port}/tcp") or []
         if not bindings:
-            save_log(container, log_path)
             raise CheckFailed(
                 f"{spec.label}: the container published no port {spec.port} (status {container.status}); "
                 f"its log: {log_path}"

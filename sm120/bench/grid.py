@@ -8,8 +8,9 @@ SGLang's own rules (0.5.9 server_args.py and speculative/eagle_utils.py) decide 
 
 from __future__ import annotations
 
+import itertools
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from typing import Any
 
 from sm120.errors import UsageError
@@ -35,11 +36,9 @@ class Point:
 
     def env(self) -> dict[str, str]:
         """The image entrypoint's variables for this point."""
-        return {
-            "SPEC_NUM_STEPS": str(self.steps),
-            "SPEC_EAGLE_TOPK": str(self.topk),
-            "SPEC_NUM_DRAFT_TOKENS": str(self.draft),
-        }
+        return dict(
+            zip(("SPEC_NUM_STEPS", "SPEC_EAGLE_TOPK", "SPEC_NUM_DRAFT_TOKENS"), map(str, astuple(self)), strict=True)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "label": self.label}
@@ -58,12 +57,9 @@ def canonical(steps: int, topk: int, draft: int) -> Point | None:
 
 def parse_list(text: str, flag: str) -> tuple[int, ...]:
     parts = [v.strip() for v in text.split(",") if v.strip()]
-    if not all(re.fullmatch(r"[0-9]{1,4}", v) for v in parts):
+    if not parts or not all(re.fullmatch(r"0*[1-9][0-9]{0,3}", v) and len(v) <= 4 for v in parts):
         raise UsageError(f"{flag} {text!r}: give positive integers separated by commas, e.g. 2,3")
-    values = tuple(int(v) for v in parts)
-    if not values or any(v < 1 for v in values):
-        raise UsageError(f"{flag} {text!r}: give positive integers separated by commas, e.g. 2,3")
-    return values
+    return tuple(int(v) for v in parts)
 
 
 def points(
@@ -73,18 +69,8 @@ def points(
     reference: tuple[int, int, int] | None,
 ) -> list[Point]:
     """Every runnable point of the grid, plus the reference and upstream's suggestion, without duplicates."""
-    out: set[Point] = set()
-    for s in steps:
-        for k in topk:
-            for d in draft:
-                p = canonical(s, k, d)
-                if p:
-                    out.add(p)
-    for extra in (reference, UPSTREAM_SUGGESTION):
-        if extra:
-            p = canonical(*extra)
-            if p:
-                out.add(p)
+    settings = [*itertools.product(steps, topk, draft), *([reference] if reference else []), UPSTREAM_SUGGESTION]
+    out = {p for p in itertools.starmap(canonical, settings) if p}
     if not out:
         raise UsageError(
             "--spec-grid: no runnable EAGLE-3 settings in the grid (see --grid-steps/--grid-topk/--grid-draft)"

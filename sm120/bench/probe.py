@@ -108,24 +108,26 @@ def _reason(exc: BaseException) -> str:
     return "the connection failed or was closed"
 
 
-def _refused(endpoint: str, status: int, path: str, with_key: bool) -> KeyRefused:
-    if with_key:
-        return KeyRefused(
+def _ask(endpoint: str, path: str, key: str | None, deadline_s: float) -> Any:
+    """GET endpoint/path with the key, if any; KeyRefused on 401/403."""
+    response = _get(f"{endpoint}{path}", {"Authorization": f"Bearer {key}"} if key else {}, deadline_s)
+    status = response.status_code
+    if status in AUTH_STATUSES and key:
+        raise KeyRefused(
             f"SGLang at {endpoint} refuses the key from --api-key-file (HTTP {status} on {path}): "
             "is it the key in the server's API_KEY_FILE?"
         )
-    return KeyRefused(
-        f"SGLang at {endpoint} answered HTTP {status} on {path}: the server wants an API key: --api-key-file FILE"
-    )
+    if status in AUTH_STATUSES:
+        raise KeyRefused(
+            f"SGLang at {endpoint} answered HTTP {status} on {path}: the server wants an API key: --api-key-file FILE"
+        )
+    return response
 
 
 def health(endpoint: str, key: str | None, deadline_s: float = 10.0) -> None:
     """ServerUnreachable unless GET /health answers 200; KeyRefused on 401/403 (SGLang leaves /health open; a proxy
     in front may not)."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    status = _get(f"{endpoint}/health", headers, deadline_s).status_code
-    if status in AUTH_STATUSES:
-        raise _refused(endpoint, status, "/health", bool(key))
+    status = _ask(endpoint, "/health", key, deadline_s).status_code
     if status != 200:
         raise ServerUnreachable(f"SGLang at {endpoint} is not ready: /health answered HTTP {status}")
 
@@ -133,15 +135,11 @@ def health(endpoint: str, key: str | None, deadline_s: float = 10.0) -> None:
 def server_info(endpoint: str, key: str | None, deadline_s: float = 30.0) -> dict[str, Any]:
     """/health, then /server_info (behind the key): what the server serves. KeyRefused on 401/403."""
     health(endpoint, key, min(deadline_s, 10.0))
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    resp = _get(f"{endpoint}/server_info", headers, deadline_s)
-    if resp.status_code in AUTH_STATUSES:
-        raise _refused(endpoint, resp.status_code, "/server_info", bool(key))
+    resp = _ask(endpoint, "/server_info", key, deadline_s)
     try:
         info = resp.json() if resp.status_code == 200 else {}
     except ValueError:
         info = {}
     if not isinstance(info, dict):
         return {}
-    out = {k: info[k] for k in SERVER_KEYS if isinstance(info.get(k), (str, int, float, type(None))) and k in info}
-    return out
+    return {k: info[k] for k in SERVER_KEYS if k in info and isinstance(info[k], (str, int, float, type(None)))}

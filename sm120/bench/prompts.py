@@ -1,8 +1,5 @@
-"""The benchmark's prompts: a shipped set (prompts.jsonl beside this file) or a user's JSONL file.
-
-One JSON object per line: {"id": "...", "category": "code|chat|reasoning|...", "text": "..."}; only "text" is
-required. The text goes to SGLang's /generate as it is (no chat template is applied), the same for every mode
-and every image, so that runs are comparable.
+"""The benchmark's prompts: a shipped set (prompts.jsonl beside this file) or a user's JSONL file. One JSON object
+per line: {"id": "...", "category": "code|chat|reasoning|...", "text": "..."}; only "text" is required.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ SHIPPED = Path(__file__).with_name("prompts.jsonl")
 @dataclass(frozen=True)
 class Prompt:
     id: str
-    category: str
     text: str
 
 
@@ -38,11 +34,6 @@ class PromptSet:
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "sha256": self.sha256, "count": len(self.prompts)}
-
-
-# Warm-up requests use their own prompt: reusing a timed one would put it in SGLang's prefix (radix) cache and
-# shorten that run's time to first token.
-WARMUP = Prompt("warm-up", "warm-up", "Write a short paragraph about the history of the bicycle.")
 
 
 def load(path: str | Path | None = None) -> PromptSet:
@@ -76,7 +67,7 @@ def load(path: str | Path | None = None) -> PromptSet:
         if pid in seen:
             raise UsageError(f"{where}: duplicate id {pid!r}")
         seen.add(pid)
-        prompts.append(Prompt(pid, str(obj.get("category") or "other"), obj["text"]))
+        prompts.append(Prompt(pid, obj["text"]))
     if not prompts:
         raise UsageError(f"--prompts {file}: no prompts in it")
     name = "shipped" if file == SHIPPED else file.name

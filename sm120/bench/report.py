@@ -14,16 +14,11 @@ COLUMNS = ("output_tok_s", "request_tok_s", "request_s", "ttft_ms_p50", "ttft_ms
 COLUMNS += ("itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "accept_length")
 
 
-def _cell(s: dict[str, Any] | None, digits: int = 1) -> str:
+def _cell(s: dict[str, Any] | None, digits: int = 1, key: str = "mean", sign: str = "") -> str:
     if not s:
         return "–"
-    text = f"{s['mean']:.{digits}f}"
+    text = f"{sign}{s[key]:.{digits}f}"
     return text + (f" ({s['ci95_low']:.{digits}f}–{s['ci95_high']:.{digits}f})" if s["ci95_low"] is not None else "")
-
-
-def _ratio(r: dict[str, Any]) -> str:
-    text = f"×{r['ratio']:.3f}"
-    return text + (f" ({r['ci95_low']:.3f}–{r['ci95_high']:.3f})" if r["ci95_low"] is not None else "")
 
 
 def stand_in(data: dict[str, Any]) -> bool:
@@ -44,10 +39,10 @@ def _source(label: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def markdown(results: Results) -> str:
+def markdown(data: dict[str, Any]) -> str:
+    """bench.md from bench.json's data (Results.to_dict)."""
     from tabulate import tabulate
 
-    data = results.to_dict()
     s = data["settings"]
     lines = [
         "## SGLang under load: baseline vs EAGLE-3 (SGLang's bench_serving)",
@@ -72,37 +67,26 @@ def markdown(results: Results) -> str:
         lines += ["", f"### Speedup over `{data['baseline']}`", ""]
         concurrencies = sorted({c for by_c in data["speedup"].values() for c in by_c}, key=int)
         rows = [
-            [name, *(_ratio(by_c[c]) if c in by_c else "–" for c in concurrencies)]
+            [name, *(_cell(by_c.get(c), 3, "ratio", "×") for c in concurrencies)]
             for name, by_c in data["speedup"].items()
         ]
         lines.append(tabulate(rows, ["label", *(f"c={c}" for c in concurrencies)], tablefmt="github"))
         for name, c in data["crossover"].items():
-            lines.append(
-                f"\n- `{name}`: "
-                + (
-                    f"no longer faster from concurrency {c} on"
-                    if c is not None
-                    else "still faster at the highest concurrency measured"
-                )
-            )
-    if data["gate"]:
-        gate = data["gate"]
+            when = f"no longer faster from concurrency {c} on" if c is not None else ""
+            lines.append(f"\n- `{name}`: {when or 'still faster at the highest concurrency measured'}")
+    if gate := data["gate"]:
         lines += ["", f"**Gate: {'passed' if gate['passed'] else 'FAILED'}**: {gate['message']}"]
-    if data["grid"]:
-        lines += [
-            "",
-            f"EAGLE-3 settings sweep: best `{data['grid'].get('best')}` of {len(data['grid']['points'])} points.",
-        ]
+    if grid := data["grid"]:
+        lines += ["", f"EAGLE-3 settings sweep: best `{grid.get('best')}` of {len(grid['points'])} points."]
     return redact("\n".join(lines) + "\n")
 
 
-def plot(results: Results, path: Path) -> Path:
+def plot(data: dict[str, Any], path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = results.to_dict()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
     for ax, (key, title) in zip(
         axes, (("output_tok_s", "output tok/s"), ("itl_ms_p99", "p99 inter-token latency (ms)")), strict=True
@@ -119,9 +103,7 @@ def plot(results: Results, path: Path) -> Path:
         ax.set_xscale("log", base=2)
         ax.set_xticks(data["settings"]["concurrency"], [str(c) for c in data["settings"]["concurrency"]])
         ax.minorticks_off()
-        ax.set_xlabel("concurrent requests")
-        ax.set_title(title)
-        ax.set_ylim(bottom=0)
+        ax.set(xlabel="concurrent requests", title=title, ylim=(0, None))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     title = "SGLang bench_serving: baseline vs EAGLE-3 by concurrency (mean, 95 % interval)"
@@ -136,10 +118,8 @@ def plot(results: Results, path: Path) -> Path:
 
 def write(results: Results, directory: Path) -> list[Path]:
     """bench.json, bench.md and bench.png in directory."""
-    paths = [results.save(directory)]
-    md = directory / "bench.md"
-    md.write_text(markdown(results), encoding="utf-8")
-    paths.append(md)
+    paths, data = [results.save(directory), directory / "bench.md"], results.to_dict()
+    paths[1].write_text(markdown(data), encoding="utf-8")
     if any(label.runs for label in results.labels.values()):
-        paths.append(plot(results, directory / "bench.png"))
+        paths.append(plot(data, directory / "bench.png"))
     return paths

@@ -1,10 +1,6 @@
-"""bench.json: every run of every label (each at one concurrency of the sweep), the summaries per concurrency, the
-speedups over the baseline label, each mode's crossover and the gate.
-
-The file is rewritten (atomically) after every run, so a benchmark that dies keeps every run finished before.
-Results of several invocations can share one directory (e.g. `--label baseline`, then `--label eagle3` against
-the restarted server): labels already there are kept when their settings match, and a label measured again
-replaces its old runs.
+"""bench.json: every run of every label, the summaries per concurrency, the speedups over the baseline, each mode's
+crossover and the gate. Rewritten (atomically) after every run; several invocations can share one directory (the
+labels already there are kept when their settings match; a label measured again replaces its old runs).
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -41,21 +37,14 @@ class Label:
     name: str
     source: dict[str, Any]  # {"endpoint": url} or {"image": tag, "mode": ..., "env": {...}}
     server: dict[str, Any] = field(default_factory=dict)  # from /server_info
-    runs: list[dict[str, Any]] = field(default_factory=list)  # sweep.run_figures + concurrency, repeat
     status: str = "running"
     error: str | None = None
     started: str = field(default_factory=_now)
+    runs: list[dict[str, Any]] = field(default_factory=list)  # sweep.run_figures + concurrency, repeat
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "server": self.server,
-            "status": self.status,
-            "error": self.error,
-            "started": self.started,
-            "runs": self.runs,
-            "summary": sweep.summaries(self.runs),
-        }
+        """bench.json's label: the fields in their order but the name (its key), and the summaries."""
+        return {f.name: getattr(self, f.name) for f in fields(self)[1:]} | {"summary": sweep.summaries(self.runs)}
 
 
 @dataclass
@@ -67,21 +56,21 @@ class Results:
     gate: dict[str, Any] | None = None
     created: str = field(default_factory=_now)
 
-    def speedups(self) -> dict[str, dict[str, Any]]:
-        """Each label over the baseline, per concurrency, by the settings' figure, with a 95 % interval."""
-        base = self.labels.get(self.baseline)
-        if base is None:
-            return {}
-        figure, base_summary = self.settings["figure"], sweep.summaries(base.runs)
-        out = {
-            name: sweep.speedups(sweep.summaries(label.runs), base_summary, figure)
-            for name, label in self.labels.items()
-            if name != self.baseline
-        }
-        return {name: by_c for name, by_c in out.items() if by_c}
+    def interrupt(self) -> None:
+        for label in self.labels.values():
+            if label.status == "running":
+                label.status, label.error = "interrupted", label.error or "the benchmark stopped during this label"
 
     def to_dict(self) -> dict[str, Any]:
-        speedup = self.speedups()
+        labels = {name: label.to_dict() for name, label in self.labels.items()}
+        base = labels[self.baseline]["summary"] if self.baseline in labels else None
+        # Each label over the baseline, per concurrency, by the settings' figure, with a 95 % interval.
+        ratios = {
+            name: sweep.speedups(label["summary"], base, self.settings["figure"])
+            for name, label in labels.items()
+            if base is not None and name != self.baseline
+        }
+        speedup = {name: by_c for name, by_c in ratios.items() if by_c}
         return {
             "schema": SCHEMA,
             "tool": "build.py bench (sglang-sm120) on SGLang's bench_serving",
@@ -89,7 +78,7 @@ class Results:
             "updated": _now(),
             "settings": self.settings,
             "baseline": self.baseline,
-            "labels": {name: label.to_dict() for name, label in self.labels.items()},
+            "labels": labels,
             "speedup": speedup,
             "crossover": {name: sweep.crossover(by_c) for name, by_c in speedup.items()},
             "grid": self.grid,
@@ -181,17 +170,16 @@ def load(path: Path) -> Results:
     )
     results.grid = data.get("grid") if isinstance(data.get("grid"), dict) else None
     for name, label in data["labels"].items():
-        fields = {k: label[k] for k in ("source", "server", "runs", "status", "error", "started") if k in label}
-        results.labels[name] = Label(name=name, **{"source": {}, **fields})
+        given = {f.name: label[f.name] for f in fields(Label)[1:] if f.name in label}
+        results.labels[name] = Label(name=name, **{"source": {}, **given})
     return results
 
 
-def open_results(directory: Path, settings: dict[str, Any], *, baseline: str, fresh: bool) -> tuple[Results, list[str]]:
-    """Results for DIR: the labels already in DIR/bench.json when their settings match (unless fresh), and the
-    names of the labels kept."""
+def open_results(directory: Path, settings: dict[str, Any], *, baseline: str, fresh: bool) -> Results:
+    """Results for DIR: with the labels already in DIR/bench.json when their settings match (unless fresh)."""
     path = directory / "bench.json"
     if fresh or not path.exists():
-        return Results(settings=settings, baseline=baseline), []
+        return Results(settings=settings, baseline=baseline)
     old = load(path)
     for key in COMPARABLE:
         if old.settings.get(key) != settings.get(key):
@@ -201,7 +189,5 @@ def open_results(directory: Path, settings: dict[str, Any], *, baseline: str, fr
             )
     # The gate belongs to the invocation that set it; the labels and a sweep are kept.
     results = Results(settings=settings, baseline=baseline, grid=old.grid, created=old.created, labels=old.labels)
-    for label in results.labels.values():
-        if label.status == "running":  # a run killed too hard to record its end
-            label.status, label.error = "interrupted", label.error or "the benchmark stopped during this label"
-    return results, list(results.labels)
+    results.interrupt()  # a run killed too hard to record its end
+    return results

@@ -1,19 +1,13 @@
 """SGLang's own `bench_serving`, from an image (the server's SGLang), in a container of its own: every run of a
-label in one container, one after another in one process (SGLang's imports are paid once), each result read as
-bench_serving writes it.
+label in one process (SGLang's imports are paid once), each result read as bench_serving writes it.
 
-The container shares the host's network (so `--endpoint http://127.0.0.1:PORT` and `--image`'s published port are
-reached as on the host), runs as the calling user (the results it writes into the mounted work directory are that
-user's), reads the prompt set from sharegpt-format files (offline, no download) and the model's tokenizer from a
-read-only mount. The API key reaches bench_serving as it reads it (OPENAI_API_KEY, sent as `Authorization: Bearer`)
-from the key file mounted read-only: set inside the process by the launcher, it is on no command line and in no
-container setting. Each run has a deadline (from the end of the one before): the container is killed and removed
-when it passes, as when the sweep ends in any other way. What bench_serving says goes through the redaction step.
+The container shares the host's network (the endpoint is reached as on the host) and runs as the calling user. The
+API key reaches bench_serving as OPENAI_API_KEY, set inside the process from the key file mounted read-only: it is
+on no command line and in no container setting. Each run has a deadline (from the end of the one before).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -102,6 +96,8 @@ def write_dataset(prompt_set: prompts.PromptSet, count: int, path: Path) -> None
 def runs(engine: Any, job: Job, points: list[int], prompt_set: prompts.PromptSet, work: Path) -> Iterator[dict]:
     """bench_serving at each concurrency of `points`, in order: each run's result line (a dict) as it is written;
     RunFailed with one line why a run gave none. The container goes when the iteration ends, however it ends."""
+    import docker
+
     work.mkdir(parents=True, exist_ok=True)
     argvs = []
     for c in points:
@@ -110,42 +106,30 @@ def runs(engine: Any, job: Job, points: list[int], prompt_set: prompts.PromptSet
         argvs.append(job.argv(c, n, f"{WORK}/dataset-{n}.json", f"{WORK}/result.jsonl"))
     result = work / "result.jsonl"
     result.unlink(missing_ok=True)
-    volumes = {str(work.resolve()): {"bind": WORK, "mode": "rw"}}
+    mounts = (job.tokenizer_dir, TOKENIZER), (job.models_dir, docker_runner.MODELS_MOUNT)
+    volumes = {str(work.resolve()): {"bind": WORK, "mode": "rw"}, **docker_runner.read_only(*mounts)}
     environment = {"HOME": "/tmp", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    for host, bind in ((job.tokenizer_dir, TOKENIZER), (job.models_dir, docker_runner.MODELS_MOUNT)):
-        if host is not None:
-            volumes[str(host.resolve())] = {"bind": bind, "mode": "ro"}
     if job.api_key_file is not None:
-        volumes[str(job.api_key_file.resolve())] = {"bind": docker_runner.KEY_MOUNT, "mode": "ro"}
+        volumes |= docker_runner.read_only((job.api_key_file, docker_runner.KEY_MOUNT))
         environment["BENCH_KEY_FILE"] = docker_runner.KEY_MOUNT
-    create = {"entrypoint": [], "user": f"{os.getuid()}:{os.getgid()}", "network_mode": "host"}
     # The runs' options in a file, not on the command line: --base-url may hold a password (http://user:pw@host).
     plan = work / "runs.json"
     plan.write_text(json.dumps(argvs), encoding="utf-8")
     plan.chmod(0o600)
-    create.update(command=["python3", "-c", LAUNCHER, f"{WORK}/runs.json"], environment=environment, volumes=volumes)
-    with _container(engine, job.image, create) as box:
-        for index, c in enumerate(points):
-            record = json.loads(_line(box, result, index, job.deadline_s, c))
-            if not record.get("completed"):
-                errors = [e for e in record.get("errors") or [] if e]
-                why = errors[0].strip().splitlines()[-1] if errors else _last_line(box)
-                raise RunFailed(f"no request completed at concurrency {c}: {redact(why)[:300]}")
-            yield record
-
-
-@contextlib.contextmanager
-def _container(engine: Any, image: str, create: dict[str, Any]) -> Iterator[Any]:
-    """bench_serving's container, started; removed with its anonymous volumes however the block ends
-    (image_plan.scratch), also after a Ctrl-C."""
-    import docker
-
-    try:
-        with image_plan.scratch(engine, image, "bench", **create) as box:
+    create = {"entrypoint": [], "user": f"{os.getuid()}:{os.getgid()}", "network_mode": "host", "volumes": volumes}
+    create.update(command=["python3", "-c", LAUNCHER, f"{WORK}/runs.json"], environment=environment)
+    try:  # the container is removed with its anonymous volumes however this ends (image_plan.scratch), Ctrl-C too
+        with image_plan.scratch(engine, job.image, "bench", **create) as box:
             box.start()
-            yield box
+            for index, c in enumerate(points):
+                record = json.loads(_line(box, result, index, job.deadline_s, c))
+                if not record.get("completed"):
+                    errors = [e for e in record.get("errors") or [] if e]
+                    why = errors[0].strip().splitlines()[-1] if errors else _said_last(box)
+                    raise RunFailed(f"no request completed at concurrency {c}: {redact(why)[:300]}")
+                yield record
     except docker.errors.DockerException as exc:
-        raise CheckFailed(f"cannot run bench_serving from {image}: {describe(exc)}") from None
+        raise CheckFailed(f"cannot run bench_serving from {job.image}: {describe(exc)}") from None
 
 
 def _line(box: Any, result: Path, index: int, deadline_s: float, concurrency: int) -> str:
@@ -160,7 +144,7 @@ def _line(box: Any, result: Path, index: int, deadline_s: float, concurrency: in
             if result.exists() and result.read_text(encoding="utf-8").count("\n") > index:
                 continue  # its last line came as it exited
             code = box.attrs.get("State", {}).get("ExitCode")
-            raise RunFailed(f"bench_serving ended (status {code}) at concurrency {concurrency}: {_last_line(box)}")
+            raise RunFailed(f"bench_serving ended (status {code}) at concurrency {concurrency}: {_said_last(box)}")
         if time.monotonic() > end:
             raise RunFailed(
                 f"the run at concurrency {concurrency} did not finish within {deadline_s:g} s (--run-timeout)"
@@ -168,8 +152,5 @@ def _line(box: Any, result: Path, index: int, deadline_s: float, concurrency: in
         time.sleep(POLL_S)
 
 
-def _last_line(box: Any) -> str:
-    """What bench_serving said last (redacted), for a one-line failure."""
-    logs = box.logs().decode("utf-8", "replace")
-    lines = [ln.strip() for ln in logs.splitlines() if ln.strip() and not ln.startswith(("warnings.warn", "  "))]
-    return redact(lines[-1])[:300] if lines else "(it printed nothing)"
+def _said_last(box: Any) -> str:
+    return docker_runner.last_line(box, 300) or "(it printed nothing)"

@@ -1,14 +1,11 @@
-"""The load sweep's figures: one run of bench_serving reduced to what bench.json keeps, the mean and 95 % interval of
-each figure over the repeated runs at one concurrency, the speedup over the baseline per concurrency, the crossover
-(the concurrency from which a mode stops being faster) and the gate.
-
-A run's figures come from SGLang's own result line (bench_serving `--output-file --output-details`): its throughputs
-as it computes them, and the percentiles (p50/p90/p99) of the per-request times it records (time to first token,
-time per output token, inter-token latency), which its summary gives only in part (p99 for TTFT/TPOT, no p90).
+"""The load sweep's figures: a run of bench_serving reduced to what bench.json keeps, the mean and 95 % interval over
+the repeated runs, the speedup over the baseline, the crossover and the gate. The percentiles are computed from the
+per-request times of bench_serving's `--output-details` line: its own summary has only some (no p90).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -123,13 +120,8 @@ def speedups(
     summary: dict[str, dict[str, Any]], baseline: dict[str, dict[str, Any]], figure: str
 ) -> dict[str, dict[str, Any]]:
     """Per concurrency both were measured at: the ratio of `figure` over the baseline's, with its interval."""
-    out = {}
-    for c, figures in summary.items():
-        if figure in figures and figure in baseline.get(c, {}):
-            r = ratio(figures[figure], baseline[c][figure])
-            if r is not None:
-                out[c] = r
-    return out
+    both = [c for c, figures in summary.items() if figure in figures and figure in baseline.get(c, {})]
+    return {c: r for c in both if (r := ratio(summary[c][figure], baseline[c][figure])) is not None}
 
 
 def faster(r: dict[str, Any]) -> bool:
@@ -140,12 +132,8 @@ def faster(r: dict[str, Any]) -> bool:
 def crossover(by_c: dict[str, dict[str, Any]]) -> int | None:
     """The lowest concurrency from which the mode is no longer faster at any higher one measured; None where it is
     still faster at the highest (the sweep did not reach its end)."""
-    found = None
-    for c in sorted(by_c, key=int, reverse=True):
-        if faster(by_c[c]):
-            break
-        found = int(c)
-    return found
+    slower = list(itertools.takewhile(lambda c: not faster(by_c[c]), sorted(by_c, key=int, reverse=True)))
+    return int(slower[-1]) if slower else None
 
 
 def gate(speedup: dict[str, dict[str, Any]], names: Sequence[str], concurrency: int, minimum: float) -> list[str]:

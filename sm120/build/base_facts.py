@@ -1,30 +1,22 @@
-"""The release bases' facts (docker/base/release-facts.toml) and their check on an image.
-
-`load(config)` reads the facts with their placeholders filled from build.toml; `check(client, image, flavour,
-facts)` runs every fact that applies to that base ("devel" or "runtime") against an image and returns one
-`Outcome` per fact: held, broken (with what was found), or not reproduced offline (with the file's reason).
-`build.py base` checks the offline bases after making them; tests/image_meta/test_base_facts.py checks each fact.
+"""The release bases' facts (docker/base/release-facts.toml), with build.toml's values filled in, and their check on
+an image: held, broken (with what was found), or not reproduced offline (with the file's reason). `build.py base`
+checks the offline bases after making them; tests/image_meta/test_base_facts.py checks each fact.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from sm120.errors import UsageError
-from sm120.plan import ROOT, image_plan
+from sm120.plan import ROOT, image_plan, tomllib
 from sm120.plan.plan_types import cuda_minor
 
 if TYPE_CHECKING:
     from sm120.plan.config import Config
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 FACTS_FILE = ROOT / "docker" / "base" / "release-facts.toml"
 Flavour = Literal["devel", "runtime"]
@@ -147,21 +139,14 @@ def check(client: Any, image: str, flavour: Flavour, facts: list[Fact]) -> list[
     mine = [f for f in facts if flavour in f.images]
     image_config = client.images.get(image).attrs.get("Config") or {}
     probes = {f.id: shell_probe(f) for f in mine if f.offline is None}
-    marker = "@@fact "
-    script = "; ".join(f"echo {shlex.quote(marker + fid)}; {probe}" for fid, probe in probes.items() if probe)
+    script = "; ".join(f"echo {shlex.quote('@@fact ' + fid)}; {probe}" for fid, probe in probes.items() if probe)
     out = ""
     if script:
         out = image_plan.output(
             client, image, "base", command=["-c", script], entrypoint=["/bin/sh"], user="root", network_disabled=True
         ).decode(errors="replace")
-    found: dict[str, str] = {}
-    current = None
-    for line in out.splitlines():
-        if line.startswith(marker):
-            current = line[len(marker) :]
-            found[current] = ""
-        elif current is not None:
-            found[current] += line + "\n"
+    parts = re.split(r"^@@fact (.*)$", out, flags=re.M)  # [before, id, its output, id, its output, ...]
+    found = dict(zip(parts[1::2], parts[2::2], strict=True))
     outcomes = []
     for fact in mine:
         if fact.offline is not None:

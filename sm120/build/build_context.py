@@ -1,15 +1,6 @@
-"""What `build.py build` hands the image build: the outputs of the plan it resolved on the host, staged in the
-build context at `.plan/<profile>-<track>/` (the build arg PLAN_DIR), so the image build resolves nothing itself:
-
-    plan.json                 byte for byte `build.py plan --json` (the image's /etc/sglang-sm120/plan.json; overlay)
-    series/series.json        the track's SGLang patch series, in order (sm120/image/patch_engine.py; patched stage)
-    series/<name>/...         the listed patch files
-    flash-attn/<path>         the plan's flash-attn patches at their build.toml paths (FLASH_ATTN_PATCHES)
-    build_jobs                the plan's compile job split, the BuildKit secret `build_jobs` (docker/stages/common.sh):
-                              read from the host, never from the context (.dockerignore), so it is in no cache key
-
-So a plan that differs only in what the image's entrypoint reads (a machine's job figures, the revision) re-runs
-only the small overlay layer. The directory outlives `build.py build`: the command `build --print` shows can be run.
+"""What `build.py build` hands the image build, staged in the build context at `.plan/<profile>-<track>/` (the
+build arg PLAN_DIR; docs/architecture.md), so the image build resolves nothing. The directory outlives `build.py
+build`: the command `build --print` shows can be run.
 """
 
 from __future__ import annotations

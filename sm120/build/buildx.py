@@ -1,8 +1,6 @@
-"""`docker buildx build`, driven from Python: BuildKit's own progress output, and on failure one line naming
-the stage (and the patch, when the patch step failed).
-
-The docker SDK's build API drives the classic builder only (no secrets, no cache mounts), so BuildKit is
-reached through the buildx CLI plugin.
+"""`docker buildx build`, driven from Python: BuildKit's own progress output, and on failure one line naming the
+stage (and the patch, when the patch step failed). Through the buildx CLI plugin: the docker SDK's build API drives
+the classic builder only (no secrets, no cache mounts).
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sm120.errors import CheckFailed, Terminated, UsageError
+from sm120.errors import CheckFailed, UsageError, stop_on_signals
 
 # Where the host keeps the CA bundle that pip should trust inside RUN steps (a TLS-intercepting proxy's CA
 # is in it on some machines). Passed as a BuildKit secret: used during the build, never stored in a layer.
@@ -48,7 +46,6 @@ class BuildRequest:
     # Push the image under its digest only (no tag moves): `tags` name the repositories; a verified digest is
     # tagged afterwards (docker buildx imagetools create), so a broken build never replaces a good tag.
     push_by_digest: bool = False
-    load: bool = True
     sbom: bool = False
     provenance: bool = False
     metadata_file: Path | None = None
@@ -57,11 +54,8 @@ class BuildRequest:
 
 
 def ca_bundle() -> Path | None:
-    for name in _CA_CANDIDATES:
-        value = os.environ.get(name)
-        if value and Path(value).is_file():
-            return Path(value)
-    return _CA_DEFAULT if _CA_DEFAULT.is_file() else None
+    paths = [Path(value) for value in map(os.environ.get, _CA_CANDIDATES) if value]
+    return next((path for path in [*paths, _CA_DEFAULT] if path.is_file()), None)
 
 
 def ensure_buildx() -> list[str]:
@@ -79,37 +73,28 @@ def ensure_buildx() -> list[str]:
 
 
 def command(req: BuildRequest) -> list[str]:
-    cmd = ensure_buildx()
-    cmd += ["--progress", req.progress, "--file", str(req.dockerfile)]
-    if req.target:
-        cmd += ["--target", req.target]
     bundle = ca_bundle()
-    secrets = {"ca_bundle": bundle} if bundle is not None else {}
+    secrets = {**({"ca_bundle": bundle} if bundle is not None else {}), **req.extra_secrets}
+    cmd = [*ensure_buildx(), "--progress", req.progress, "--file", str(req.dockerfile)]
     for flag, values in (
+        ("--target", [req.target] if req.target else []),
         ("--tag", () if req.push_by_digest else req.tags),
         ("--build-arg", [f"{k}={v}" for k, v in req.build_args.items()]),
         ("--label", [f"{k}={v}" for k, v in req.labels.items()]),
         ("--cache-from", req.cache_from),
         ("--cache-to", req.cache_to),
-        ("--secret", [f"id={sid},src={src}" for sid, src in {**secrets, **req.extra_secrets}.items()]),
+        ("--secret", [f"id={sid},src={src}" for sid, src in secrets.items()]),
     ):
-        for value in values:
-            cmd += [flag, value]
-    if req.sbom:
-        cmd += ["--sbom=true"]
-    if req.provenance:
-        cmd += ["--provenance=mode=max"]
+        cmd += [word for value in values for word in (flag, value)]
+    cmd += [flag for flag, on in (("--sbom=true", req.sbom), ("--provenance=mode=max", req.provenance)) if on]
     if req.metadata_file is not None:
         cmd += ["--metadata-file", str(req.metadata_file)]
     if req.push_by_digest:
         names = ",".join(sorted({repository(tag) for tag in req.tags}))
         cmd += ["--output", f'type=image,"name={names}",push-by-digest=true,name-canonical=true,push=true']
-    elif req.push:
-        cmd += ["--push"]
-    elif req.load:
-        cmd += ["--load"]
-    cmd.append(str(req.context))
-    return cmd
+    else:
+        cmd += ["--push" if req.push else "--load"]
+    return [*cmd, str(req.context)]
 
 
 def repository(reference: str) -> str:
@@ -160,25 +145,19 @@ def run(req: BuildRequest, *, echo: bool = True) -> None:
     env = dict(os.environ, DOCKER_BUILDKIT="1", BUILDKIT_PROGRESS=req.progress)
     tail: deque[str] = deque(maxlen=4000)
 
-    def on_term(signum: int, frame: object) -> None:
-        raise Terminated()
-
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, on_term) if main else None
-    try:
-        with subprocess.Popen(
+    with (
+        stop_on_signals(),
+        subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env, bufsize=1
-        ) as proc:
-            assert proc.stdout is not None
-            try:
-                _show(proc.stdout, tail, echo)
-                code = proc.wait()
-            except KeyboardInterrupt:
-                _cancel(proc, tail, echo)
-                raise
-    finally:
-        if main:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        ) as proc,
+    ):
+        assert proc.stdout is not None
+        try:
+            _show(proc.stdout, tail, echo)
+            code = proc.wait()
+        except KeyboardInterrupt:
+            _cancel(proc, tail, echo)
+            raise
     if code != 0:
         raise CheckFailed(failure_summary(tail))
 

@@ -1,9 +1,6 @@
-"""`build.py build`: the image, with BuildKit, from the plan resolved here, once.
-
-The plan's image-facing outputs (plan.json, the SGLang patch series) are staged in the build context
-(sm120/build/build_context.py) and the Dockerfile copies them: the image build itself resolves nothing. The build
-context is this checkout (its Dockerfile and sources), whichever build.toml `--config` names. The `build_jobs` secret
-is staged beside them and stays after build.py exits, so the command `--print` shows runs as printed.
+"""`build.py build`: the image, with BuildKit, from the plan resolved here, once: its image-facing outputs are staged
+in the build context (this checkout, whichever build.toml `--config` names) and the Dockerfile copies them. The
+staged `build_jobs` secret stays after build.py exits, so the command `--print` shows runs as printed.
 """
 
 from __future__ import annotations
@@ -19,13 +16,15 @@ from pathlib import Path
 
 from sm120.arguments import add_config_args, add_machine_args
 from sm120.build import bases, build_context, buildx, digests, image_ref
-from sm120.errors import UsageError
+from sm120.errors import UsageError, suggest
 from sm120.plan import build_args
 from sm120.plan import config as cfg
 from sm120.plan import resolve as planmod
 
 ROOT = cfg.ROOT
 WHEELHOUSE = ROOT / ".wheelhouse"
+# buildx's options that are build.py build's, as given.
+_GIVEN = ("target", "cache_from", "cache_to", "push", "push_by_digest", "sbom", "provenance", "metadata_file")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -91,7 +90,11 @@ def check_arguments(args: argparse.Namespace, dockerfile: Path) -> None:
             text = dockerfile.read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"{dockerfile}: cannot read it ({exc.strerror or exc})") from None
-        image_ref.check_target(args.target, build_args.stages(text))
+        if args.target not in (stages := list(build_args.stages(text))):
+            raise UsageError(
+                f"--target {args.target!r}: no such stage in the Dockerfile (stages: {', '.join(stages)}"
+                f"{suggest(args.target, stages)})"
+            )
     for spec in args.cache_from:
         image_ref.check_cache(spec, "--cache-from")
     for spec in args.cache_to:
@@ -113,30 +116,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--push-by-digest pushes no tag: tag the verified digest with docker buildx imagetools create")
     config = cfg.load(args.config)
     check_arguments(args, ROOT / "Dockerfile")
-    config = digests.pin(
-        config,
-        args.profile or config.defaults.profile,
-        base_image_digest=args.base_image_digest,
-        runtime_base_image_digest=args.runtime_base_image_digest,
-    )
+    given = {key: getattr(args, key) for key in digests.OPTIONS}  # --base-image-digest, --runtime-base-image-digest
+    config = digests.pin(config, args.profile or config.defaults.profile, **given)
     plan = planmod.plan_from_args(config, args)
     staged = build_context.stage(config, plan, ROOT)  # plan.json, the series and the build_jobs secret
     request = buildx.BuildRequest(
         context=ROOT,
         dockerfile=ROOT / "Dockerfile",
         tags=image_ref.tags_for(plan, args.registry, args.tag),
-        target=args.target,
         build_args=plan.build_args,
         labels=plan.labels,
-        cache_from=args.cache_from,
-        cache_to=args.cache_to,
-        push=args.push,
-        push_by_digest=args.push_by_digest,
-        sbom=args.sbom,
-        provenance=args.provenance,
-        metadata_file=args.metadata_file,
-        progress=args.progress,
         extra_secrets={"build_jobs": staged / build_context.BUILD_JOBS},
+        progress=args.progress,
+        **{option: getattr(args, option) for option in _GIVEN},
     )
     if args.print_only:
         print(f"# the plan for the build: {staged / 'plan.json'}", file=sys.stderr)

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sm120.arguments import add_config_args
 from sm120.build import docker_client
@@ -26,70 +24,9 @@ from sm120.plan.resolve import load_plan
 GIB = 1024**3
 
 
-@dataclass(frozen=True)
-class Engine:
-    """What the Docker Engine says about the machine it builds on."""
-
-    root_dir: str
-    memory_bytes: int
-    cpus: int
-
-
-def engine_facts(info: dict[str, Any]) -> Engine:
-    """The facts preflight needs from `docker info` (the SDK's `client.info()`)."""
-    return Engine(root_dir=str(info["DockerRootDir"]), memory_bytes=int(info["MemTotal"]), cpus=int(info["NCPU"]))
-
-
 def free_bytes(path: str) -> int | None:
     """Free space of the file system holding `path`; None when `path` is not on this machine (a remote engine)."""
-    if not Path(path).exists():
-        return None
-    return shutil.disk_usage(path).free
-
-
-@dataclass(frozen=True)
-class Verdict:
-    problems: list[str]
-    summary: str
-    warning: str | None = None
-
-
-def judge(
-    profile: str, needs: cfg.BuilderNeeds, facts: Engine, free: int | None, built: dict[str, bool] | None = None
-) -> Verdict:
-    """Compare the measurements with the needs; every shortfall is one clause naming found and needed.
-    `built`: track -> whether its image is already in the engine (a rebuild), None: one build from nothing."""
-    rebuild = needs.min_disk_gib if needs.min_disk_gib_rebuild is None else needs.min_disk_gib_rebuild
-    disk_gib = (
-        sum(rebuild if present else needs.min_disk_gib for present in built.values()) if built else needs.min_disk_gib
-    )
-    what = ", ".join(f"{v} ({'a rebuild' if present else 'from nothing'})" for v, present in (built or {}).items())
-    tracks = f" of {what}" if what else ""
-    problems, warning = [], None
-    memory = facts.memory_bytes / GIB
-    if free is None:
-        warning = (
-            f"the engine's root directory {facts.root_dir} is not on this machine (a remote engine?): "
-            "free disk not checked"
-        )
-        disk_text = "disk not checked"
-    else:
-        disk = free / GIB
-        disk_text = f"{disk:.1f} GiB free on {facts.root_dir} (needs {disk_gib:g})"
-        if disk < disk_gib:
-            problems.append(
-                f"found {disk:.1f} GiB free on {facts.root_dir}, the {profile} build{tracks} needs {disk_gib:g} GiB"
-            )
-    if memory < needs.min_memory_gib:
-        problems.append(
-            f"found {memory:.1f} GiB of memory in the Docker Engine, "
-            f"the {profile} build needs {needs.min_memory_gib:g} GiB"
-        )
-    summary = (
-        f"the {profile} build{tracks} fits: {disk_text}, {memory:.1f} GiB of memory (needs {needs.min_memory_gib:g}), "
-        f"{facts.cpus} CPUs"
-    )
-    return Verdict(problems, summary, warning)
+    return shutil.disk_usage(path).free if Path(path).exists() else None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -112,33 +49,46 @@ def run(args: argparse.Namespace) -> int:
             f"(builder entries: {', '.join(sorted(config.builder)) or 'none'})"
         )
     versions = sorted(config.tracks) if args.every_track else (args.sglang or [config.defaults.sglang])
-    for version in versions:
-        config.track(version)  # an unknown track: the usual one-line error
-    facts, free, present = measure({v: load_plan(config, profile=profile, sglang=v).tags[0] for v in versions})
-    verdict = judge(profile, needs, facts, free, present)
-    if verdict.warning:
-        print(f"warning: {verdict.warning}")
-    if verdict.problems:
-        raise CheckFailed("; ".join(verdict.problems))
-    print(f"preflight: {verdict.summary}")
-    return 0
-
-
-def measure(tags: dict[str, str]) -> tuple[Engine, int | None, dict[str, bool]]:
-    """The engine's facts (docker SDK), the free space under its root directory, and which tracks' images
-    (track -> its tag) the engine already holds."""
+    tags = {v: load_plan(config, profile=profile, sglang=v).tags[0] for v in versions}  # an unknown track: one line
     import docker.errors
 
     client = docker_client.connect()
-    try:
-        facts = engine_facts(client.info())
-        present = {}
+    try:  # `docker info`, and which tracks' images the engine holds already
+        info, built = client.info(), {}
         for version, tag in tags.items():
             try:
-                client.images.get(tag)
-                present[version] = True
+                built[version] = client.images.get(tag) is not None
             except docker.errors.ImageNotFound:
-                present[version] = False
+                built[version] = False
     finally:
         client.close()
-    return facts, free_bytes(facts.root_dir), present
+    free = free_bytes(info["DockerRootDir"])
+    # Every shortfall is one clause naming found and needed; a track whose image the engine holds is a rebuild.
+    rebuild = needs.min_disk_gib if needs.min_disk_gib_rebuild is None else needs.min_disk_gib_rebuild
+    disk_gib = sum(rebuild if present else needs.min_disk_gib for present in built.values())
+    what = ", ".join(f"{v} ({'a rebuild' if present else 'from nothing'})" for v, present in built.items())
+    root, memory = info["DockerRootDir"], int(info["MemTotal"]) / GIB
+    problems, disk_text = [], "disk not checked"
+    if free is None:
+        print(
+            f"warning: the engine's root directory {root} is not on this machine (a remote engine?): "
+            "free disk not checked"
+        )
+    else:
+        disk_text = f"{free / GIB:.1f} GiB free on {root} (needs {disk_gib:g})"
+        if free / GIB < disk_gib:
+            problems.append(
+                f"found {free / GIB:.1f} GiB free on {root}, the {profile} build of {what} needs {disk_gib:g} GiB"
+            )
+    if memory < needs.min_memory_gib:
+        problems.append(
+            f"found {memory:.1f} GiB of memory in the Docker Engine, "
+            f"the {profile} build needs {needs.min_memory_gib:g} GiB"
+        )
+    if problems:
+        raise CheckFailed("; ".join(problems))
+    print(
+        f"preflight: the {profile} build of {what} fits: {disk_text}, {memory:.1f} GiB of memory (needs "
+        f"{needs.min_memory_gib:g}), {info['NCPU']} CPUs"
+    )
+    return 0

@@ -49,8 +49,7 @@ def _writable(out: Path) -> None:
     if not out.parent.is_dir():
         raise UsageError(f"--out {out}: no directory {out.parent}")
     try:
-        with out.open("a"):
-            pass
+        out.open("a").close()
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot write it ({exc.strerror})") from None
 

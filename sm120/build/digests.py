@@ -1,9 +1,6 @@
 """A registry profile's bases pinned by digest for one build (`build.py build --base-image-digest D
---runtime-base-image-digest D`): the plan then builds `FROM name@digest` and labels the image with both.
-
-build.toml's `[profiles.<p>] base_image_digest` / `runtime_base_image_digest` pin them for every build; these
-options pin them for one (publish.yml resolves each tag to its digest first: no upstream source publishes NVIDIA's
-digests). A digest given both ways must be the same one.
+--runtime-base-image-digest D`; build.toml's `[profiles.<p>] base_image_digest` pins them for every build): the
+plan then builds `FROM name@digest`. A digest given both ways must be the same one.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ OPTIONS = {"base_image_digest": "--base-image-digest", "runtime_base_image_diges
 
 
 def digest(text: str) -> str:
-    """argparse type: a sha256 image digest."""
     if not DIGEST.fullmatch(text):
         raise argparse.ArgumentTypeError(f"must be an image digest sha256:<64 hex digits>, got {text!r}")
     return text
@@ -45,6 +41,4 @@ def pin(config: cfg.Config, profile: str, **digests: str | None) -> cfg.Config:
             raise UsageError(
                 f"{OPTIONS[key]} {value}: {config.path.name} pins profiles.{profile}.{key} = {pinned}; drop one"
             )
-    profiles = dict(config.profiles)
-    profiles[profile] = settings.model_copy(update=given)
-    return config.model_copy(update={"profiles": profiles})
+    return config.model_copy(update={"profiles": {**config.profiles, profile: settings.model_copy(update=given)}})

@@ -1,8 +1,5 @@
-"""Image references and the build arguments that name them, checked before Docker or buildx sees them.
-
-References are parsed as the Docker CLI parses them (docker-image-py: distribution/reference's grammar and
-its familiar-name normalisation), so `--image`, `--tag` and `--registry` mistakes are one line naming the value
-instead of a traceback or buildx's error after the bases were made.
+"""Image references and the build arguments that name them, checked before Docker or buildx sees them: parsed as the
+Docker CLI parses them (docker-image-py: distribution/reference's grammar), so a mistake is one line naming the value.
 """
 
 from __future__ import annotations
@@ -10,10 +7,9 @@ from __future__ import annotations
 import argparse
 import csv
 import re
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from sm120.errors import UsageError, missing_package
+from sm120.errors import UsageError, missing_package, suggest
 
 if TYPE_CHECKING:
     from sm120.plan.plan_types import Plan
@@ -21,14 +17,7 @@ if TYPE_CHECKING:
 # What `docker run`/`docker inspect` also take for an image: an ID, in full or its short form.
 _IMAGE_ID = re.compile(r"(sha256:)?[0-9a-f]{12,64}")
 
-# BuildKit's cache backends (docs.docker.com/build/cache/backends) and the attributes each one needs.
-CACHE_TYPES = {"registry": "ref", "local": None, "inline": None, "gha": None, "s3": None, "azblob": None}
-CACHE_MODES = ("min", "max")
-
-
-def _reason(exc: Exception) -> str:
-    text = str(exc.args[0]) if exc.args else type(exc).__name__
-    return text.replace("%s", "").strip() or "invalid reference format"
+CACHE_TYPES = ("registry", "local", "inline", "gha", "s3", "azblob")  # docs.docker.com/build/cache/backends
 
 
 def check_reference(value: str, flag: str, *, allow_id: bool = False) -> str:
@@ -43,8 +32,9 @@ def check_reference(value: str, flag: str, *, allow_id: bool = False) -> str:
     try:
         reference.Reference.parse_normalized_named(value)
     except reference.InvalidReference as exc:
+        reason = (str(exc.args[0]) if exc.args else type(exc).__name__).replace("%s", "").strip()
         raise UsageError(
-            f"{flag} {shown}: not an image reference ({_reason(exc)}); "
+            f"{flag} {shown}: not an image reference ({reason or 'invalid reference format'}); "
             "allowed: [REGISTRY/]NAME[:TAG][@sha256:DIGEST], lower-case, e.g. ghcr.io/owner/sglang-sm120:0.5.9"
         ) from None
     return value
@@ -61,7 +51,7 @@ def image_argument(value: str) -> str:
         raise argparse.ArgumentTypeError(missing_package(exc)) from None
 
 
-def check_registry(value: str) -> str:
+def check_registry(value: str) -> None:
     """--registry is a prefix (REGISTRY[/NAMESPACE...]): with a name after it, it must form a reference."""
     prefix = value.rstrip("/")
     if not prefix or "@" in prefix or (":" in prefix.split("/")[-1] and "/" in prefix):
@@ -74,40 +64,23 @@ def check_registry(value: str) -> str:
         raise UsageError(
             f"--registry {value!r}: not a registry prefix (lower-case HOST[:PORT][/NAMESPACE], e.g. ghcr.io/owner)"
         ) from None
-    return value
 
 
-def check_target(value: str, stages: Iterable[str]) -> str:
-    """--target must be a stage of the Dockerfile (buildx would say so only after the bases were made)."""
-    from sm120.errors import suggest
-
-    known = list(stages)
-    if value not in known:
-        raise UsageError(
-            f"--target {value!r}: no such stage in the Dockerfile (stages: {', '.join(known)}{suggest(value, known)})"
-        )
-    return value
-
-
-def _fields(spec: str, flag: str) -> list[str]:
+def check_cache(spec: str, flag: str) -> None:
+    """A --cache-from/--cache-to value in buildx's forms: a bare image reference (registry cache), or
+    `type=TYPE,key=value,...` (buildx parses it as CSV, util/buildflags/cache.go): a known type, every field
+    key=value, a registry cache with a valid ref, mode min or max."""
     try:
         rows = list(csv.reader([spec]))
     except csv.Error as exc:
         raise UsageError(f"{flag} {spec!r}: not comma-separated key=value fields ({exc})") from None
-    return [f for f in (rows[0] if rows else []) if f != ""]
-
-
-def check_cache(spec: str, flag: str) -> str:
-    """A --cache-from/--cache-to value in buildx's forms: a bare image reference (registry cache), or
-    `type=TYPE,key=value,...` (buildx parses it as CSV, util/buildflags/cache.go): a known type, every field
-    key=value, a registry cache with a valid ref, mode min or max."""
-    fields = _fields(spec, flag)
+    fields = [f for f in (rows[0] if rows else []) if f != ""]
     if not fields:
         raise UsageError(f"{flag} is empty: give e.g. type=registry,ref=ghcr.io/owner/cache or type=local,src=DIR")
     if all("=" not in f for f in fields):  # buildx's shorthand: refs of registry caches
         for field in fields:
             check_reference(field, flag)
-        return spec
+        return
     attrs: dict[str, str] = {}
     for field in fields:
         key, sep, value = field.partition("=")
@@ -118,8 +91,6 @@ def check_cache(spec: str, flag: str) -> str:
     if kind is None:
         raise UsageError(f"{flag} {spec!r}: no type= (types: {', '.join(CACHE_TYPES)})")
     if kind not in CACHE_TYPES:
-        from sm120.errors import suggest
-
         types = ", ".join(CACHE_TYPES)
         raise UsageError(f"{flag} {spec!r}: unknown cache type {kind!r} (types: {types}{suggest(kind, CACHE_TYPES)})")
     if kind == "registry":
@@ -130,11 +101,10 @@ def check_cache(spec: str, flag: str) -> str:
         need = "src" if flag == "--cache-from" else "dest"
         if not attrs.get(need):
             raise UsageError(f"{flag} {spec!r}: a local cache needs {need}=DIR")
-    if "mode" in attrs and attrs["mode"] not in CACHE_MODES:
+    if "mode" in attrs and attrs["mode"] not in ("min", "max"):
         raise UsageError(f"{flag} {spec!r}: mode={attrs['mode']!r} (allowed: min, max)")
     if flag == "--cache-from" and kind == "inline":
         raise UsageError(f"{flag} {spec!r}: inline is a --cache-to type; read it back with --cache-from IMAGE")
-    return spec
 
 
 def tags_for(plan: Plan, registry: str | None, extra: list[str]) -> list[str]:

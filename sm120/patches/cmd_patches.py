@@ -37,8 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    actions = p.add_subparsers(dest="action", metavar="ACTION")
-    actions.required = True
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     check = actions.add_parser("check", help="check each patch against a release's source (no changes)")
     add_config_args(check, profile=False)
@@ -74,22 +73,19 @@ def _sglang(config: Config) -> list[tuple[str, Patch]]:
     return [(name, patch) for name, patch in config.patches.items() if patch.component == "sglang"]
 
 
-def patches_for(config: Config, version: str) -> tuple[list[tuple[str, Patch]], str | None]:
+def _patches_for(config: Config, version: str) -> list[tuple[str, Patch]]:
     """The track's patch series, or (no track) every SGLang patch in build.toml, with a note saying so."""
     if version in config.tracks:
-        names = [n for n in config.tracks[version].patches if config.patch(n).component == "sglang"]
-        return [(name, config.patches[name]) for name in names], None
+        return [(n, config.patch(n)) for n in config.tracks[version].patches if config.patch(n).component == "sglang"]
     every = _sglang(config)
     names = ", ".join(name for name, _ in every)
-    return every, f"no track for sglang {version} in {config.path.name}: checking every sglang patch ({names})"
+    _progress(f"no track for sglang {version} in {config.path.name}: checking every sglang patch ({names})")
+    return every
 
 
 def _report(version: str, results: Sequence[patching.Result], *, verb: str, quiet: bool = False) -> int:
     """Print one line per patch (with `quiet`, only when something conflicts); CheckFailed on a conflict."""
-    failed = patch_engine.conflict_message(version, results, verb)
-    if failed or not quiet:
-        for result in results:
-            print(patch_engine.line(version, result))
+    failed = patch_engine.report(version, results, verb, quiet=quiet)
     if failed:
         raise CheckFailed(failed)
     return 0
@@ -108,23 +104,17 @@ def check(config: Config, sglang: str | None = None, source: Path | None = None)
     wheel from PyPI, or the tree `source`; one line per patch, CheckFailed on a conflict."""
     version = _version(sglang, config)
     tree = source or pypi.source_tree(version, progress=_progress)
-    patches, note = patches_for(config, version)
-    if note:
-        _progress(note)
-    results = patching.check(tree, version, patches, root=config.root)
-    return _report(version, results, verb="checked")
+    patches = _patches_for(config, version)
+    return _report(version, patching.check(tree, version, patches, root=config.root), verb="checked")
 
 
 def run_apply(args: argparse.Namespace) -> int:
     config = cfg.load(args.config)
     version = _version(args.sglang, config)
-    source = Path(args.source) if args.source else None
+    source, dest = Path(args.source) if args.source else None, Path(args.dest)
     if source is None:
         pypi.wheel_for(version)  # a release missing from PyPI is the first thing to hear about
-    patches, note = patches_for(config, version)
-    if note:
-        _progress(note)
-    dest = Path(args.dest)
+    patches = _patches_for(config, version)
     if source is not None:
         if not source.is_dir():
             raise UsageError(f"--source {source}: no such directory")
@@ -140,10 +130,9 @@ def run_apply(args: argparse.Namespace) -> int:
             shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
         else:
             pypi.extract(pypi.download(version, progress=_progress), dest, python_only=False)
-    results = patching.apply(dest, version, patches, root=config.root)
-    code = _report(version, results, verb="wrote")
+    _report(version, patching.apply(dest, version, patches, root=config.root), verb="wrote")
     _progress(f"sglang {version}: patched tree in {dest}")
-    return code
+    return 0
 
 
 def _fresh_dest(dest: Path) -> None:

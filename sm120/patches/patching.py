@@ -1,9 +1,5 @@
 """The host side of the patch engine: pick each patch's variant for a release (PEP 440 ranges in build.toml), then
-run the engine (sm120/image/patch_engine.py, standard library only, the same code the image build runs) on the series.
-
-`resolve` turns build.toml's patches into the series for a release; `check` and `apply` take build.toml's patches,
-as `build.py patches` and the tests do.
-"""
+run the engine (sm120/image/patch_engine.py, the same code the image build runs) on the series."""
 
 from __future__ import annotations
 
@@ -12,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_version
-from packaging.version import InvalidVersion, Version
 
 from sm120.image import patch_engine as engine
 from sm120.image.patch_engine import PatchFileError as PatchFileError  # the engine's data, for this module's callers
@@ -26,19 +21,16 @@ if TYPE_CHECKING:
 
 def resolve(patches: Sequence[tuple[str, Patch]], version: str) -> list[engine.Resolved]:
     """The series for `version`: each patch with the variant file that covers the release (or none)."""
-    out = []
-    for name, patch in patches:
-        variant = patch.variant_for(version)
-        out.append(
-            engine.Resolved(
-                name=name,
-                file=variant.file if variant is not None else None,
-                upstream=patch.upstream,
-                checks=tuple((c.path, tuple(c.patterns)) for c in patch.upstream_checks),
-                ranges="; ".join(v.versions for v in patch.variants),
-            )
+    return [
+        engine.Resolved(
+            name=name,
+            file=getattr(patch.variant_for(version), "file", None),  # None: no variant covers the release
+            upstream=patch.upstream,
+            checks=tuple((c.path, tuple(c.patterns)) for c in patch.upstream_checks),
+            ranges="; ".join(v.versions for v in patch.variants),
         )
-    return out
+        for name, patch in patches
+    ]
 
 
 def upstream_has(patch: Patch, tree: Path) -> bool:
@@ -53,11 +45,7 @@ def verify_tree(tree: Path, version: str) -> None:
     found = tree_version(tree)
     if found is None:
         raise TreeError(f"{tree}: cannot tell which SGLang this is (no sglang-*.dist-info, no sglang/_version.py)")
-    try:
-        same = canonicalize_version(Version(found)) == canonicalize_version(Version(version))
-    except InvalidVersion:
-        same = False
-    if not same:
+    if canonicalize_version(found) != canonicalize_version(version):
         raise TreeError(f"{tree}: holds SGLang {found}, not {version}; pass --sglang {found} or the right tree")
 
 

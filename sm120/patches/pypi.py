@@ -1,12 +1,9 @@
 """SGLang releases on PyPI: list them, download a release's wheel (cached), extract its source tree.
 
-Cached under ~/.cache/sglang-sm120/pypi (SGLANG_SM120_CACHE moves the root): wheels/<wheel file> (checked against
-PyPI's sha256 on every use, never by size), meta/<version>.json (the file picked for a release and its sha256: a
-release works offline) and src/<version>/ (the wheel's .py files and dist-info, enough for `patches check`). A cached
-file that does not check out is fetched again once; if it still does not, the error names the file to delete.
-
-Up to 0.5.9 SGLang shipped one pure-Python wheel; later releases ship compiled wheels per Python and platform whose
-Python sources are the same: one x86_64 wheel (cp311 preferred) stands for the release.
+Cached under ~/.cache/sglang-sm120/pypi (SGLANG_SM120_CACHE moves the root): wheels/ (checked against PyPI's sha256
+on every use), meta/<version>.json (the wheel picked and its sha256: a release works offline) and src/<version>/.
+After 0.5.9 SGLang ships compiled wheels per Python and platform with the same Python sources: one x86_64 wheel
+(cp311 preferred) stands for the release.
 """
 
 from __future__ import annotations
@@ -49,10 +46,9 @@ def cache_root() -> Path:
 
 
 def parse_version(text: str) -> Version:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        raise UsageError(f"--sglang {text!r} is not a version (like 0.5.9)") from None
+    if (version := _parsed(text)) is None:
+        raise UsageError(f"--sglang {text!r} is not a version (like 0.5.9)")
+    return version
 
 
 @dataclass(frozen=True)
@@ -79,34 +75,22 @@ def _get_json(url: str) -> Any:
         raise CheckFailed(f"PyPI answered something that is not JSON for {url}") from None
 
 
-_RELEASES: dict[str, list[dict[str, Any]]] | None = None
-
-
-def all_releases() -> dict[str, list[dict[str, Any]]]:
-    """{version: [file, ...]} from PyPI's JSON API for the project (fetched once per process)."""
-    global _RELEASES
-    if _RELEASES is None:
-        data = _get_json(f"{INDEX}/{PACKAGE}/json")
-        if data is None:
-            raise CheckFailed(f"PyPI has no project {PACKAGE!r}")
-        _RELEASES = data["releases"]
-    return _RELEASES
-
-
-_PROJECTS: dict[str, dict[str, list[dict[str, Any]]]] = {}
+_RELEASES: dict[str, dict[str, list[dict[str, Any]]]] = {}  # by project, fetched once per process
 
 
 def releases_of(project: str) -> dict[str, list[dict[str, Any]]]:
-    """{version: [file, ...]} of any project on PyPI (torch, sglang-kernel, ...), fetched once per process;
-    sglang's through all_releases."""
-    if project == PACKAGE:
-        return all_releases()
-    if project not in _PROJECTS:
+    """{version: [file, ...]} of a project on PyPI (sglang, torch, sglang-kernel, ...) from its JSON API."""
+    if project not in _RELEASES:
         data = _get_json(f"{INDEX}/{project}/json")
-        if data is None:
-            raise UsageError(f"PyPI has no project {project!r}")
-        _PROJECTS[project] = data["releases"]
-    return _PROJECTS[project]
+        if data is None:  # sglang missing is PyPI's (or the mirror's) fault; another project, the caller's
+            raise (CheckFailed if project == PACKAGE else UsageError)(f"PyPI has no project {project!r}")
+        _RELEASES[project] = data["releases"]
+    return _RELEASES[project]
+
+
+def all_releases() -> dict[str, list[dict[str, Any]]]:
+    """sglang's releases: what final_releases reads (tests put their own list here)."""
+    return releases_of(PACKAGE)
 
 
 def release_files(project: str, version: str) -> list[dict[str, Any]] | None:
@@ -121,13 +105,8 @@ def release_files(project: str, version: str) -> list[dict[str, Any]] | None:
 def final_releases(minimum: str) -> list[str]:
     """Every final release (no pre-, dev-release; post-releases included) >= minimum with files not all yanked."""
     floor = Version(minimum)
-    out = []
-    for text, files in all_releases().items():
-        version = _parsed(text)
-        final = version is not None and not version.is_prerelease and not version.is_devrelease and version >= floor
-        if final and files and not all(f.get("yanked") for f in files):
-            out.append(text)
-    return sorted(out, key=Version)
+    found = [t for t, files in all_releases().items() if files and not all(f.get("yanked") for f in files)]
+    return sorted((t for t in found if (v := _parsed(t)) and not v.is_prerelease and v >= floor), key=Version)
 
 
 def pick_wheel(project: str, version: str, files: list[dict[str, Any]]) -> WheelFile:
@@ -173,7 +152,11 @@ def wheel_for(version: str, *, refresh: bool = False) -> WheelFile:
         meta.unlink(missing_ok=True)  # not a record of this release: fetched again below
     files = release_files(PACKAGE, version)
     if not files:
-        raise UsageError(f"sglang {version} is not on PyPI (newest final release: {newest_or_unknown()})")
+        try:
+            newest = (final_releases("0") or ["none"])[-1]
+        except CheckFailed:
+            newest = "unknown"
+        raise UsageError(f"sglang {version} is not on PyPI (newest final release: {newest})")
     wheel = pick_wheel(PACKAGE, version, files)
     meta.parent.mkdir(parents=True, exist_ok=True)
     tmp = meta.with_name(f"{meta.name}.{os.getpid()}.tmp")  # one per process: two may write the same record
@@ -187,14 +170,6 @@ def _parsed(text: str) -> Version | None:
         return Version(text)
     except InvalidVersion:
         return None
-
-
-def newest_or_unknown() -> str:
-    try:
-        releases = final_releases("0")
-    except CheckFailed:
-        return "unknown"
-    return releases[-1] if releases else "none"
 
 
 def _sha256(path: Path) -> str:

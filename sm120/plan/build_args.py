@@ -1,11 +1,5 @@
-"""The Docker build args: written from the plan (`write`), declared in the Dockerfile (`dockerfile_defaults`,
-`stage_args` read the declarations back).
-
-`build.py build` passes every arg `write` returns; each Dockerfile stage declares, without a value, the ones it uses
-(only the bases and Python have defaults, for a person who sets them by hand: no copy of the plan). The compile
-parallelism is not a build arg (it would change a compiled layer's cache key): it is the BuildKit secret
-`build_jobs`.
-"""
+"""The Docker build args: written from the plan (`write`); the Dockerfile's declarations read back (each stage
+declares, without a value, the ones it uses)."""
 
 from __future__ import annotations
 

@@ -81,23 +81,15 @@ def render(plan: Plan, differences: list[tuple[str, Any, Any]], published: str) 
         "fix-ups          " + (", ".join(f.requirement for f in plan.fixups) or "none"),
         "patches",
     ]
-    for p in plan.patches:
-        lines.append(f"  {p.name:<32} {p.path}  sha256:{p.sha256[:16]}")
-    for s in plan.patches_skipped:
-        lines.append(f"  {s.name:<32} skipped: {s.reason}")
+    lines += [f"  {p.name:<32} {p.path}  sha256:{p.sha256[:16]}" for p in plan.patches]
+    lines += [f"  {s.name:<32} skipped: {s.reason}" for s in plan.patches_skipped]
     if not plan.patches and not plan.patches_skipped:
         lines.append("  (none)")
-    lines.append("tags")
-    lines += [f"  {t}" for t in plan.tags]
+    lines += ["tags", *(f"  {t}" for t in plan.tags)]
     if differences:
         lines.append(f"differs from the published profile ({published})")
         lines += [f"  {key}: {text(mine)} ({published}: {text(theirs)})" for key, mine, theirs in differences]
-    if plan.stand_ins:
-        lines.append("stand-ins")
-        lines += [f"  {s}" for s in plan.stand_ins]
-    if plan.warnings:
-        lines.append("warnings")
-        lines += [f"  {w}" for w in plan.warnings]
-    lines.append("labels")
-    lines += [f"  {k}={v}" for k, v in plan.labels.items()]
+    for title, items in (("stand-ins", plan.stand_ins), ("warnings", plan.warnings)):
+        lines += [title, *(f"  {item}" for item in items)] if items else []
+    lines += ["labels", *(f"  {k}={v}" for k, v in plan.labels.items())]
     return "\n".join(lines)

@@ -9,7 +9,6 @@ import errno
 import json
 import re
 import stat
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -35,12 +34,7 @@ from sm120.image.entrypoint.assemble import INTEGERS
 from sm120.image.entrypoint.errors import long_number
 from sm120.image.entrypoint.options import check_preset
 from sm120.image.entrypoint.spec import CONDITIONS, draft_tree_most
-from sm120.plan import ROOT
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from sm120.plan import ROOT, tomllib
 
 DEFAULT_CONFIG = ROOT / "build.toml"
 _FINAL = re.compile(r"[0-9]+(\.[0-9]+)*(\.post[0-9]+)?")  # a final release, what `track add` takes
@@ -120,9 +114,6 @@ class Torch(Strict):
     pypi_cuda: str = Field(pattern=r"^\d+\.\d+$")
 
 
-SglKernelInstall = Literal["wheel", "pypi", "source"]
-
-
 class SglKernelWheel(Strict):
     """Upstream's prebuilt wheel at a direct URL, pinned by sha256 (what SGLang's own Dockerfile installs)."""
 
@@ -143,7 +134,7 @@ class SglKernel(Strict):
     pypi_archs: list[str]
     # How each profile gets it: `wheel` (the [wheel] below), `pypi`, or `source` (compiled from the SGLang
     # release tag for sm_120a; opt-in, unproven here).
-    install: dict[str, SglKernelInstall] = Field(min_length=1)
+    install: dict[str, Literal["wheel", "pypi", "source"]] = Field(min_length=1)
     wheel: SglKernelWheel | None = None
 
     @model_validator(mode="after")
@@ -153,17 +144,14 @@ class SglKernel(Strict):
         return self
 
 
-# How docker/stages/fixups.sh installs a fix-up pin (its words; the build arg FIXUP_PINS carries them).
-FixupInstall = Literal["no-deps", "deps"]
-
-
 class Fixup(Strict):
     """A package pinned over what dependency resolution chose, after it (SGLang's CUDA fix-ups)."""
 
     requirement: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==\S+$")
     torch_cuda: str = Field(pattern=r"^\d+$")  # the CUDA major of the torch build it applies to
-    # `no-deps`: pip install --force-reinstall --no-deps (upstream's mode); `deps`: a plain pip install.
-    install: FixupInstall
+    # How docker/stages/fixups.sh installs it (its words, carried by the build arg FIXUP_PINS): `no-deps`: pip
+    # install --force-reinstall --no-deps (upstream's mode); `deps`: a plain pip install.
+    install: Literal["no-deps", "deps"]
     source: str = Field(min_length=1)  # where the pin comes from (upstream's Dockerfile, ...)
     reason: str = Field(min_length=1)
 
@@ -184,12 +172,9 @@ RuleCondition = Literal[tuple(CONDITIONS)]  # type: ignore[valid-type]
 
 
 class RuntimeRule(Ranged):
-    """What sm_120 needs from a track at run time, applied by the entrypoint (the user can override).
-
-    `name` is how a user turns the rule off (SKIP_RUNTIME_RULES=name). `requires_patch` names a patch whose
-    change must be in the installed SGLang (checked at run time with that patch's upstream_check), whether
-    this image applied it or upstream already has it.
-    """
+    """What sm_120 needs from a track at run time, applied by the entrypoint (the user can override). `name` is how a
+    user turns the rule off (SKIP_RUNTIME_RULES=name); `requires_patch` names a patch whose change (its upstream_check)
+    must be in the installed SGLang, whether this image applied it or upstream already has it."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     when: RuleCondition | list[RuleCondition] = "always"
@@ -249,14 +234,10 @@ class ModePresets(Strict):
 
 
 class Probe(Strict):
-    """How everything that asks whether SGLang serves asks it ([tracks."X".probe]): the image's HEALTHCHECK (its
-    command reads the route and timeout from the image's plan.json), the Kubernetes probes (sm120/deploy/kubernetes.py)
-    and Compose (which keeps the image's HEALTHCHECK); tests/unit/test_probes.py keeps the three equal to this.
-
-    `sglang_timeout_s` is SGLang's own wait in the route (its /health generates one token and waits up to
-    SGLANG_HEALTH_CHECK_TIMEOUT seconds, srt/entrypoints/http_server.py; tests/upstream/test_health_probe.py reads
-    it there): a probe that gives up sooner would call a slow but working server dead, so `timeout_s` is above it.
-    """
+    """How the image's HEALTHCHECK, the Kubernetes probes and Compose ask whether SGLang serves ([tracks."X".probe];
+    tests/unit/test_probes.py keeps the three equal to this). `sglang_timeout_s` is SGLang's own wait in the route (its
+    /health waits up to SGLANG_HEALTH_CHECK_TIMEOUT seconds; tests/upstream/test_health_probe.py reads it there):
+    `timeout_s` is above it, or a probe would call a slow but working server dead."""
 
     route: str = Field(pattern=r"^/[A-Za-z0-9/_.-]*$")
     sglang_timeout_s: int = Field(ge=1)
@@ -360,6 +341,9 @@ class Profile(Strict):
     python: str = Field(pattern=r"^3\.\d+$")
     torch_index: str | None = None
     flash_attn: FlashAttnKernels
+    # FlashInfer modules built into the image (sm120/plan/prebuilt.py): "census" (all that a first start on sm_120
+    # compiles) or some of the census's names; the rest compile at first use, into the cache volume.
+    flashinfer_prebuilt: Literal["census"] | list[str] = []
 
 
 class LocalBases(Strict):
@@ -434,9 +418,8 @@ class Patch(Strict):
 
     @property
     def upstream_checks(self) -> list[UpstreamCheck]:
-        if self.upstream_check is None:
-            return []
-        return self.upstream_check if isinstance(self.upstream_check, list) else [self.upstream_check]
+        check = self.upstream_check
+        return check if isinstance(check, list) else [] if check is None else [check]
 
 
 class Sm120Trap(Strict):
@@ -455,21 +438,16 @@ class Sm120Trap(Strict):
     draft_attention: list[str] = []
 
     def applies(self, version: str, quantization: str | None, draft_attention: str | None = None) -> bool:
-        if not in_range(self.sglang, version):
-            return False
-        if self.draft_attention and draft_attention not in self.draft_attention:
-            return False
-        return not self.quantization or quantization in self.quantization
+        return (
+            in_range(self.sglang, version)
+            and (not self.draft_attention or draft_attention in self.draft_attention)
+            and (not self.quantization or quantization in self.quantization)
+        )
 
     def hits(self, decisions: dict[str, Any]) -> list[tuple[str, Any]]:
         """(setting, value) pairs of `decisions` that land on this trap (1 and True are different values)."""
-        found = []
-        for setting in self.settings:
-            if setting in decisions:
-                value = decisions[setting]
-                if any(type(value) is type(v) and value == v for v in self.values):
-                    found.append((setting, value))
-        return found
+        found = [(setting, decisions[setting]) for setting in self.settings if setting in decisions]
+        return [(s, value) for s, value in found if any(type(value) is type(v) and value == v for v in self.values)]
 
 
 class Config(Strict):
@@ -499,32 +477,28 @@ class Config(Strict):
 
     def track(self, version: str) -> Track:
         if version not in self.tracks:
+            add = f", or add it: python3 build.py track add {version}" if _FINAL.fullmatch(version) else ""
             raise UsageError(
-                f"{self.path.name}: no track for SGLang {version!r} "
-                f"(tracks: {', '.join(sorted(self.tracks, key=Version))}{suggest(version, self.tracks)}); "
-                "pick one" + (f", or add it: python3 build.py track add {version}" if _FINAL.fullmatch(version) else "")
+                f"{self.path.name}: no track for SGLang {version!r} {_choices('tracks', self.tracks, version)}; "
+                f"pick one{add}"
             )
         return self.tracks[version]
 
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:
-            raise UsageError(
-                f"{self.path.name}: unknown profile {name!r} "
-                f"(profiles: {', '.join(sorted(self.profiles))}{suggest(name, self.profiles)})"
-            )
+            raise UsageError(f"{self.path.name}: unknown profile {name!r} {_choices('profiles', self.profiles, name)}")
         return self.profiles[name]
 
     def patch(self, name: str) -> Patch:
         if name not in self.patches:
-            raise UsageError(
-                f"{self.path.name}: unknown patch {name!r} "
-                f"(patches: {', '.join(sorted(self.patches))}{suggest(name, self.patches)})"
-            )
+            raise UsageError(f"{self.path.name}: unknown patch {name!r} {_choices('patches', self.patches, name)}")
         return self.patches[name]
 
 
-def _where(loc: tuple[Any, ...]) -> str:
-    return ".".join(f'"{p}"' if isinstance(p, str) and "." in p else str(p) for p in loc)
+def _choices(kind: str, names: Iterable[str], wrong: str) -> str:
+    """'(profiles: offline, release; perhaps you meant ...)': the names of a table (tracks in version order)."""
+    listed = sorted(names, key=Version if kind == "tracks" else None)
+    return f"({kind}: {', '.join(listed) or 'none'}{suggest(wrong, listed)})"
 
 
 def _one_line(path: Path, exc: ValidationError) -> str:
@@ -532,7 +506,7 @@ def _one_line(path: Path, exc: ValidationError) -> str:
     # A typo shows up as an unknown key and a missing one: the unknown key is the useful half.
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(err["loc"])
-    where = _where(loc) or "(top level)"
+    where = ".".join(f'"{p}"' if isinstance(p, str) and "." in p else str(p) for p in loc) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
         allowed = _allowed_keys_for(loc)
@@ -570,22 +544,15 @@ _STRICT_TYPES = {
 def _allowed_keys_for(loc: tuple[Any, ...]) -> list[str]:
     """Walk the Config schema along `loc`, skipping dict keys and list indices, and list the fields."""
     model: Any = Config
-    parts = list(loc[:-1])
-    i = 0
-    while i < len(parts):
-        part = parts[i]
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return []
-        field = model.model_fields.get(str(part))
+    parts = iter(loc[:-1])
+    for part in parts:
+        field = model.model_fields.get(str(part)) if isinstance(model, type) and issubclass(model, BaseModel) else None
         if field is None:
             return []
-        annotation = field.annotation
-        origin = getattr(annotation, "__origin__", None)
-        if origin in (dict, list):
-            annotation = annotation.__args__[-1]
-            i += 1  # the next loc part is the dict key or list index
-        model = annotation
-        i += 1
+        model = field.annotation
+        if getattr(model, "__origin__", None) in (dict, list):
+            model = model.__args__[-1]
+            next(parts, None)  # the dict key or list index
     if isinstance(model, type) and issubclass(model, BaseModel):
         return [name for name, field in model.model_fields.items() if not field.exclude]
     return []
@@ -597,21 +564,17 @@ def load(path: Path | str | None = None, *, text: str | None = None) -> Config:
     path = Path(path) if path is not None else DEFAULT_CONFIG
     try:
         text = read_regular_file(path) if text is None else text
-        raw = tomllib.loads(text)
+        config = Config.model_validate(tomllib.loads(text)).model_copy(update={"path": path.resolve()})
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file; pass --config FILE or run from the checkout") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read it ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
-    except ValueError as exc:  # a number longer than int() converts: tomllib raises a bare ValueError
-        raise UsageError(f"{path}: {long_number(text) or str(exc)[:120]}") from None
-    except RecursionError:
-        raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
-    try:
-        config = Config.model_validate(raw).model_copy(update={"path": path.resolve()})
     except ValidationError as exc:
         raise UsageError(_one_line(path, exc)) from None
+    except ValueError as exc:  # a number longer than int() converts: tomllib raises a bare ValueError
+        raise UsageError(f"{path}: {long_number(text) or str(exc)[:120]}") from None
     except RecursionError:
         raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
     _check_references(config)
@@ -630,8 +593,12 @@ def read_regular_file(path: Path) -> str:
 
 def _check_references(config: Config) -> None:
     name = config.path.name
-    for mode_name, mode in config.modes.items():
-        _check_mode(name, mode_name, mode)
+    for mode_name in config.modes:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", mode_name):
+            raise UsageError(
+                f"{name}: [modes.{mode_name}]: a mode name is lower-case letters, digits, '-' and '_' "
+                "(it is the image's first argument, e.g. `docker run IMAGE eagle3`)"
+            )
     for version, track in config.tracks.items():
         try:
             Version(version)
@@ -651,10 +618,8 @@ def _check_references(config: Config) -> None:
     for i, rule in enumerate(config.runtime):
         wanted = rule.requires_patch
         if wanted is not None and wanted not in config.patches:
-            raise UsageError(
-                f"{name}: runtime.{i}.requires_patch: unknown patch {wanted!r} "
-                f"(patches: {', '.join(sorted(config.patches)) or 'none'}{suggest(wanted, config.patches)})"
-            )
+            choices = _choices("patches", config.patches, wanted)
+            raise UsageError(f"{name}: runtime.{i}.requires_patch: unknown patch {wanted!r} {choices}")
     root = config.root.resolve()
     for patch_name, patch in config.patches.items():
         for i, variant in enumerate(patch.variants):
@@ -709,12 +674,10 @@ def _resolve_tracks(config: Config) -> dict[str, Track]:
 
 def _check_defaults(config: Config) -> None:
     """[defaults] and [project] published_profile name a mode, a track and profiles that exist."""
-    name = config.path.name
-    default = config.defaults.mode
+    name, default, sglang = config.path.name, config.defaults.mode, config.defaults.sglang
     if default not in config.modes:
         raise UsageError(
-            f"{name}: defaults.mode = {default!r} is not a mode "
-            f"(modes: {', '.join(sorted(config.modes))}{suggest(default, config.modes)})"
+            f"{name}: defaults.mode = {default!r} is not a mode {_choices('modes', config.modes, default)}"
         )
     cmd = image_cmd_mode(config.root)
     if cmd is not None and cmd != default:
@@ -722,10 +685,9 @@ def _check_defaults(config: Config) -> None:
             f"{name}: defaults.mode = {default!r}, but the image's CMD runs {cmd!r} (Dockerfile CMD [{cmd!r}]): "
             "make them the same mode"
         )
-    if config.defaults.sglang not in config.tracks:
+    if sglang not in config.tracks:
         raise UsageError(
-            f"{name}: defaults.sglang = {config.defaults.sglang!r} has no track "
-            f"(tracks: {', '.join(sorted(config.tracks, key=Version))}{suggest(config.defaults.sglang, config.tracks)})"
+            f"{name}: defaults.sglang = {sglang!r} has no track {_choices('tracks', config.tracks, sglang)}"
         )
     profiles = {
         "defaults.profile": config.defaults.profile,
@@ -734,17 +696,8 @@ def _check_defaults(config: Config) -> None:
     for key, profile in profiles.items():
         if profile not in config.profiles:
             raise UsageError(
-                f"{name}: {key} = {profile!r} is not a profile "
-                f"(profiles: {', '.join(sorted(config.profiles))}{suggest(profile, config.profiles)})"
+                f"{name}: {key} = {profile!r} is not a profile {_choices('profiles', config.profiles, profile)}"
             )
-
-
-def _check_mode(name: str, mode_name: str, mode: Mode) -> None:
-    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", mode_name):
-        raise UsageError(
-            f"{name}: [modes.{mode_name}]: a mode name is lower-case letters, digits, '-' and '_' "
-            "(it is the image's first argument, e.g. `docker run IMAGE eagle3`)"
-        )
 
 
 def _check_presets(config: Config, version: str, track: Track) -> None:
@@ -755,17 +708,14 @@ def _check_presets(config: Config, version: str, track: Track) -> None:
     for mode_name, presets in track.presets.items():
         mode = config.modes.get(mode_name)
         if mode is None:
-            raise UsageError(
-                f"{name}: {where}.{mode_name}: no such mode "
-                f"(modes: {', '.join(sorted(config.modes))}{suggest(mode_name, config.modes)})"
-            )
+            raise UsageError(f"{name}: {where}.{mode_name}: no such mode {_choices('modes', config.modes, mode_name)}")
         if not mode.draft:
             raise UsageError(
                 f"{name}: {where}.{mode_name}: the mode has draft = false: EAGLE-3 presets apply only to a mode "
                 "with a drafter (set draft = true in [modes], or remove them)"
             )
-        steps, topk, tokens = presets.spec_num_steps, presets.spec_eagle_topk, presets.spec_num_draft_tokens
-        numbers = {"spec_num_steps": steps, "spec_eagle_topk": topk, "spec_num_draft_tokens": tokens}
+        numbers = presets.model_dump(exclude={"reason"})  # spec_num_steps, spec_eagle_topk, spec_num_draft_tokens
+        steps, topk, tokens = numbers.values()
         given = [key for key, value in numbers.items() if value is not None]
         if given and len(given) < len(numbers):
             missing = [key for key in numbers if key not in given]
@@ -775,13 +725,11 @@ def _check_presets(config: Config, version: str, track: Track) -> None:
             )
         if tokens is not None and tokens < 2:
             raise UsageError(f"{name}: {where}.{mode_name}.spec_num_draft_tokens = {tokens}: allowed from 2")
-        if steps is not None and topk is not None and tokens is not None:
-            most = draft_tree_most(steps, topk)
-            if tokens > most:
-                raise UsageError(
-                    f"{name}: {where}.{mode_name}.spec_num_draft_tokens = {tokens}: allowed 2 to {most} for "
-                    f"spec_num_steps {steps} and spec_eagle_topk {topk} (1 + top-k + (steps - 1) * top-k^2)"
-                )
+        if given and tokens > (most := draft_tree_most(steps, topk)):
+            raise UsageError(
+                f"{name}: {where}.{mode_name}.spec_num_draft_tokens = {tokens}: allowed 2 to {most} for "
+                f"spec_num_steps {steps} and spec_eagle_topk {topk} (1 + top-k + (steps - 1) * top-k^2)"
+            )
     for mode_name, mode in config.modes.items():
         if mode.draft and mode_name not in track.presets:
             raise UsageError(
@@ -793,34 +741,16 @@ def _check_presets(config: Config, version: str, track: Track) -> None:
 
 def image_cmd_mode(root: Path) -> str | None:
     """The mode the Dockerfile's CMD runs (CMD ["baseline"]), or None without a Dockerfile or an exec-form CMD."""
-    dockerfile = root / "Dockerfile"
-    if not dockerfile.is_file():
-        dockerfile = ROOT / "Dockerfile"
+    dockerfile = root / "Dockerfile" if (root / "Dockerfile").is_file() else ROOT / "Dockerfile"
     try:
         lines = dockerfile.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return None
-    cmds = [line.strip()[3:].strip() for line in lines if line.strip().upper().startswith("CMD ")]
-    if not cmds:
-        return None
-    try:
-        argv = json.loads(cmds[-1])
-    except ValueError:
+        cmds = [line.strip()[3:].strip() for line in lines if line.strip().upper().startswith("CMD ")]
+        argv = json.loads(cmds[-1]) if cmds else None
+    except (OSError, ValueError):  # ValueError: not UTF-8, or not JSON
         return None
     if isinstance(argv, list) and argv and isinstance(argv[0], str) and not argv[0].startswith("-"):
         return argv[0]
     return None
-
-
-# ---------------------------------------------------------------------------------------------------
-# Presets that could never start: a mode's args and a track's rule args, checked with the entrypoint's own checks
-# (sm120/image/entrypoint/options.py `check_preset`), so no image is built around a preset it refuses at every start.
-# ---------------------------------------------------------------------------------------------------
-
-
-def _refuse(key: str, exc: entrypoint_errors.UsageError) -> UsageError:
-    text = "; ".join(entrypoint_errors.one_line(line) for line in exc.lines)
-    return UsageError(f"{key}: the entrypoint would refuse it at every start: {text}")
 
 
 def check_mode_args(
@@ -833,13 +763,13 @@ def check_mode_args(
     rules_key: str = "runtime",
 ) -> None:
     """Raise UsageError ('build.toml: modes.eagle3.args: ...') for a mode's args or a rule's args that the
-    entrypoint refuses; `mode_key` and `rules_key` are where they are written in the file."""
-    try:
-        check_preset(list(args), f"preset {mode}")
-    except entrypoint_errors.UsageError as exc:
-        raise _refuse(f"{file}: {mode_key or f'modes.{mode}'}.args", exc) from None
-    for i, rule in enumerate(rules):
+    entrypoint refuses (its own checks, options.py `check_preset`: no image is built around a preset it refuses at
+    every start); `mode_key` and `rules_key` are where they are written in the file."""
+    checks = [(f"{mode_key or f'modes.{mode}'}.args", args, f"preset {mode}")]
+    checks += [(f"{rules_key}.{i}.args (rule {r.name})", r.args, f"rule {r.name}") for i, r in enumerate(rules)]
+    for key, argv, what in checks:
         try:
-            check_preset(list(rule.args), f"rule {rule.name}")
+            check_preset(list(argv), what)
         except entrypoint_errors.UsageError as exc:
-            raise _refuse(f"{file}: {rules_key}.{i}.args (rule {rule.name})", exc) from None
+            text = "; ".join(entrypoint_errors.one_line(line) for line in exc.lines)
+            raise UsageError(f"{file}: {key}: the entrypoint would refuse it at every start: {text}") from None

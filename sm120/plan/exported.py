@@ -1,13 +1,9 @@
-"""The plan's facts that leave the host, one row each: the Docker build arg it becomes, the image label it becomes,
-and how verify reads that label back. `sm120.plan.build_args.write`, `sm120.plan.labels.write`, `labels.REQUIRED` and
-`labels.parse` all come from `FACTS`, so a fact is added, renamed or dropped in one place.
-
-The label values' own formats (an arch list, flash-attn's kernel subset, the patch list) are written and read here,
-side by side.
-"""
+"""The plan's facts that leave the host, one row each (`FACTS`): the Docker build arg and the image label it becomes,
+and how verify reads that label back; the label values' own formats are written and read here, side by side."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +29,14 @@ class Kernels:
     backward: bool
 
 
-def kernels_text(head_dims: list[int], dtypes: list[str], backward: bool) -> str:
-    return f"head_dims={','.join(map(str, head_dims))};dtypes={','.join(dtypes)};backward={'on' if backward else 'off'}"
+def _kernels(plan: Plan) -> str:
+    fa = plan.flash_attn
+    backward = "on" if fa.backward else "off"
+    return f"head_dims={','.join(map(str, fa.head_dims))};dtypes={','.join(fa.dtypes)};backward={backward}"
+
+
+def _prebuilt(plan: Plan) -> str:
+    return ",".join(m["name"] for m in plan.flashinfer_prebuilt["modules"]) or "none"
 
 
 def parse_kernels(text: str) -> Kernels:
@@ -53,6 +55,10 @@ def parse_kernels(text: str) -> Kernels:
 class Patch:
     name: str
     sha256: str
+
+
+def _patches(plan: Plan) -> str:
+    return ",".join(f"{x.name}@sha256:{x.sha256}" for x in plan.patches)
 
 
 def parse_patches(text: str) -> list[Patch]:
@@ -105,12 +111,7 @@ FACTS: tuple[Fact, ...] = (
     Fact(lambda p: ",".join(map(str, p.flash_attn.head_dims)), arg="FLASH_ATTN_HEAD_DIMS"),
     Fact(lambda p: ",".join(p.flash_attn.dtypes), arg="FLASH_ATTN_DTYPES"),
     Fact(lambda p: "1" if p.flash_attn.backward else "0", arg="FLASH_ATTN_BACKWARD"),
-    Fact(
-        lambda p: kernels_text(p.flash_attn.head_dims, p.flash_attn.dtypes, p.flash_attn.backward),
-        label="flash-attn.kernels",
-        field="flash_attn_kernels",
-        read=parse_kernels,
-    ),
+    Fact(_kernels, label="flash-attn.kernels", field="flash_attn_kernels", read=parse_kernels),
     Fact(lambda p: " ".join(x.path for x in p.patches if x.component == "flash-attn"), arg="FLASH_ATTN_PATCHES"),
     Fact(lambda p: "1" if p.torch_cuda_differs else "0", arg="FLASH_ATTN_ALLOW_CUDA_MISMATCH"),
     Fact(lambda p: str(p.flash_attn.cxx_std), arg="CXX_STD"),
@@ -126,19 +127,11 @@ FACTS: tuple[Fact, ...] = (
     # INSTALL:REQUIREMENT, what docker/stages/fixups.sh reads (no-deps: --force-reinstall --no-deps; deps: with them)
     Fact(lambda p: " ".join(f"{f.install}:{f.requirement}" for f in p.fixups), arg="FIXUP_PINS"),
     Fact(lambda p: " ".join(g for n in p.not_shipped for g in n.paths), arg="NOT_SHIPPED"),
+    Fact(lambda p: json.dumps(p.flashinfer_prebuilt), arg="FLASHINFER_PREBUILT"),
+    Fact(_prebuilt, label="flashinfer.prebuilt", required=False),
     Fact(lambda p: " ".join(f.requirement for f in p.fixups) or "none", label="fixups", required=False),
-    Fact(
-        lambda p: ",".join(f"{x.name}@sha256:{x.sha256}" for x in p.patches),
-        label="patches",
-        field="patches",
-        read=parse_patches,
-    ),
-    Fact(
-        lambda p: " | ".join(p.stand_ins) if p.stand_ins else "none",
-        label="stand-ins",
-        field="stand_ins",
-        required=False,
-    ),
+    Fact(_patches, label="patches", field="patches", read=parse_patches),
+    Fact(lambda p: " | ".join(p.stand_ins) or "none", label="stand-ins", field="stand_ins", required=False),
     Fact(lambda p: p.image.user, arg="IMAGE_USER", label="user", field="user"),
     Fact(lambda p: str(p.image.uid), arg="IMAGE_UID"),
     Fact(lambda p: p.image.cache_dir, arg="CACHE_DIR", label="cache-dir", field="cache_dir"),

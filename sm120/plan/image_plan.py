@@ -1,13 +1,6 @@
-"""The plan an image was built from, read from the image itself: its /etc/sglang-sm120/plan.json, which `build.py
-build` resolved on the host and staged for the build (sm120/build/build_context.py). verify and bench read what they
-expect of an image here and in its labels, never in build.toml, so they judge every track and profile the same way.
-
-The file is copied out of a container that is created and removed, never started (no entrypoint runs), and decoded
-strictly into the typed plan (sm120/plan/plan_types.py). That container is a `scratch` one, as is every container
-this project makes of an image for one step (`build.py sbom`'s scan, the base checks, the image tests): labelled
-`<label namespace>.<role>=<a value of its own>` and removed with its anonymous volumes (the image declares a VOLUME)
-however the step ends, Ctrl-C and SIGTERM included.
-"""
+"""The plan an image was built from, read from the image itself (its plan.json, copied out of a container that is
+created, never started), and `scratch`: every container this project makes of an image for one step, labelled and
+removed with its anonymous volumes (the image declares a VOLUME) however the step ends, Ctrl-C and SIGTERM included."""
 
 from __future__ import annotations
 

@@ -1,18 +1,9 @@
-"""The image's labels: written from the plan (`write`, used by `sm120.plan.resolve`), read back by verify (`parse`).
-
-The labels are the contract between a build and its checks: `build.py verify` and the image suite never read
-build.toml for what an image holds, only what the image says about itself, so the same checks hold for every
-track and profile. Writer and reader sit side by side here; tests/unit/test_plan_outputs.py parses what the writer
-writes for every profile and track.
-
-Every project label is `<prefix>.<key>`; the prefix, the label namespace, is build.toml's [project] name
-(`namespace()`: the readers' default; the writer takes it from the config the plan was resolved from).
-"""
+"""The image's labels: written from the plan (`write`), read back by verify (`parse`), which never reads build.toml
+for what an image holds. Every project label is `<namespace>.<key>`, the namespace being build.toml's [project] name."""
 
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,17 +11,12 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from sm120.errors import UsageError
-from sm120.plan import ROOT
+from sm120.plan import ROOT, tomllib
 from sm120.plan.exported import ABSENT, FACTS, Kernels, LabelError, Patch
 from sm120.plan.plan_types import Plan
 
 if TYPE_CHECKING:
     from sm120.plan.config import Project
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 # Labels the suite reads; an image without them was not built by `build.py build`.
 REQUIRED = tuple(f.label for f in FACTS if f.label and f.required)
@@ -45,11 +31,6 @@ def namespace() -> str:
         return str(tomllib.loads(path.read_text(encoding="utf-8"))["project"]["name"])
     except (OSError, ValueError, KeyError, TypeError) as exc:  # ValueError: TOMLDecodeError, a bad encoding
         raise UsageError(f"{path}: no [project] name to name the labels by ({exc})") from None
-
-
-# ---------------------------------------------------------------------------------------------------
-# Writing
-# ---------------------------------------------------------------------------------------------------
 
 
 def write(plan: Plan, project: Project, image_version: str, revision: str | None) -> dict[str, str]:
@@ -67,11 +48,6 @@ def write(plan: Plan, project: Project, image_version: str, revision: str | None
     if "@sha256:" in plan.runtime_base_image:
         labels["org.opencontainers.image.base.digest"] = plan.runtime_base_image.split("@", 1)[1]
     return labels
-
-
-# ---------------------------------------------------------------------------------------------------
-# Reading
-# ---------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -116,11 +92,8 @@ class Expect:
 
 
 def is_labelled_version(found: str, label: str) -> bool:
-    """What a version label means: the public version, and the local part (`+cu130`) only where the label has one.
-
-    `0.3.21+cu130` is upstream's CUDA 13 build of 0.3.21: a label `0.3.21` (a PyPI pin) takes it, a label
-    `0.3.21+cu130` (a pinned wheel's own version) takes only that build. Versions are compared as PEP 440 versions.
-    """
+    """What a version label means: the public version, and the local part (`+cu130`) only where the label has one:
+    a label `0.3.21` (a PyPI pin) takes `0.3.21+cu130`, a label `0.3.21+cu130` (a pinned wheel's) only that build."""
     want, got = Version(label), Version(found)
     return Version(got.public) == Version(want.public) and (want.local is None or got.local == want.local)
 
@@ -136,13 +109,10 @@ def parse(labels: Mapping[str, str] | None, prefix: str | None = None) -> Expect
     """An image's labels as what it promises; LabelError names the first label missing or malformed."""
     prefix = prefix or namespace()
     labels = labels or {}
-    absent = missing(labels, prefix)
-    if absent:
+    if absent := missing(labels, prefix):
         raise LabelError(f"the image has no label {', '.join(absent)}")
     values = {}
-    for fact in FACTS:
-        if fact.label is None or fact.field is None:
-            continue
+    for fact in (f for f in FACTS if f.label and f.field):
         key = f"{prefix}.{fact.label}"
         text = labels[key].strip() if key in labels else ABSENT[fact.label]
         try:

@@ -1,9 +1,5 @@
-"""The plan as a tree of frozen, typed objects (standard library only).
-
-`sm120.plan.resolve` builds it from build.toml; every output format is written from it by a module of its own
-(`sm120.plan.build_args`, `sm120.plan.labels`, `Plan.to_dict` for `plan --json` and the image's plan.json). Field
-order is the order of `plan --json`'s keys: do not reorder fields.
-"""
+"""The plan as a tree of frozen, typed objects (standard library only). Field order is the order of `plan --json`'s
+keys: do not reorder fields."""
 
 from __future__ import annotations
 
@@ -57,8 +53,6 @@ class FixupPin:
 
 @dataclass(frozen=True)
 class NotShippedPaths:
-    """Venv paths the runtime image leaves out (globs below site-packages), with why and where that was read."""
-
     paths: list[str]
     reason: str
     source: str
@@ -66,8 +60,6 @@ class NotShippedPaths:
 
 @dataclass(frozen=True)
 class FlashAttn:
-    """The flash-attn build: its version and the kernel subset compiled for this profile."""
-
     version: str
     archs: list[str]  # "120" (TORCH_CUDA_ARCH_LIST style, no dot)
     head_dims: list[int]
@@ -78,8 +70,6 @@ class FlashAttn:
 
 @dataclass(frozen=True)
 class SglKernel:
-    """Where sgl-kernel comes from in this profile and what code it carries."""
-
     package: str  # the distribution: sgl-kernel or sglang-kernel
     version: str  # with the wheel's local label where a pinned wheel has one (0.3.21+cu130)
     source: str  # "source" (compiled), "wheel" (upstream's prebuilt, pinned by sha256) or "pypi"
@@ -91,8 +81,6 @@ class SglKernel:
 
 @dataclass(frozen=True)
 class ImageSettings:
-    """build.toml's [image]: the serving user, the cache directory, the port."""
-
     user: str
     uid: int
     cache_dir: str
@@ -101,8 +89,7 @@ class ImageSettings:
 
 @dataclass(frozen=True)
 class Probe:
-    """The track's [tracks."X".probe]: how the image's HEALTHCHECK, Compose and the Kubernetes probes ask whether
-    SGLang serves (the HEALTHCHECK reads `route` and `timeout_s` from the image's plan.json)."""
+    """The track's [tracks."X".probe] (the image's HEALTHCHECK reads `route` and `timeout_s` from plan.json)."""
 
     route: str
     sglang_timeout_s: int  # SGLang's own wait in the route (SGLANG_HEALTH_CHECK_TIMEOUT's default)
@@ -152,10 +139,11 @@ class Plan:
     # build.toml's [[sm120_traps]], as data (sm120.plan.config.Sm120Trap reads each back): the start-up check of
     # `build.py verify` judges an image by the traps it carries (sm120/plan/image_plan.py).
     sm120_traps: list[dict[str, Any]]
+    # FlashInfer's modules built into the image and what a first start still compiles (sm120/plan/prebuilt.py).
+    flashinfer_prebuilt: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as JSON-ready data."""
         return asdict(self)
 
     def to_json(self) -> str:

@@ -1,15 +1,11 @@
-"""The resolved build plan: build.toml + a profile + an SGLang track + this machine, in one object.
-
-Everything downstream (the Docker build args and labels, the patch series, the entrypoint's presets, the
-image checks, the workflows) reads this plan, never its own copy of a version or an arch. The plan's types are in
-sm120/plan/plan_types.py; the formats written from it in sm120/plan/build_args.py and sm120/plan/labels.py
-(docs/architecture.md has the whole flow).
-"""
+"""The resolved build plan: build.toml + a profile + an SGLang track + this machine, in one object. Everything
+downstream reads it, never its own copy of a version or an arch (docs/architecture.md has the whole flow)."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import posixpath
 import subprocess
 from pathlib import Path
@@ -31,8 +27,9 @@ from sm120.image.entrypoint.spec import (
 )
 from sm120.plan import build_args as build_args_format
 from sm120.plan import labels as labels_format
+from sm120.plan import prebuilt
 from sm120.plan import resources as res
-from sm120.plan.config import Config, FlashAttnKernels, Profile, Track
+from sm120.plan.config import Config, FlashAttnKernels, ModePresets, Profile, Track
 from sm120.plan.config import load as load_config
 from sm120.plan.plan_types import (
     ALL_HEAD_DIMS,
@@ -51,26 +48,16 @@ from sm120.plan.plan_types import (
 )
 
 
-def _sha256(path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _image_ref(name: str, digest: str | None) -> str:
     return f"{name}@{digest}" if digest else name
 
 
 def _git_revision(config: Config) -> str | None:
+    git = ["git", "-C", str(config.root), "rev-parse", "HEAD"]
     try:
-        out = subprocess.run(
-            ["git", "-C", str(config.root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
+        return subprocess.run(git, capture_output=True, text=True, timeout=10, check=True).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
 def _torch(config: Config, track: Track, profile: Profile) -> tuple[str, str | None, list[str]]:
@@ -93,7 +80,6 @@ def _sgl_kernel(config: Config, track: Track, profile_name: str) -> tuple[SglKer
     base_cuda = cuda_minor(config.cuda.version)
     spec = track.sgl_kernel
     install = spec.install[profile_name]
-    warnings: list[str] = []
     if install == "source":
         kernel = SglKernel(spec.package, spec.version, install, "", "", archs=want, cuda=base_cuda)
     elif install == "wheel":
@@ -101,25 +87,18 @@ def _sgl_kernel(config: Config, track: Track, profile_name: str) -> tuple[SglKer
         # The label says what the wheel is: its own version (with its local label, e.g. +cu130) and the archs
         # build.toml says it carries; verify's SASS check judges the file itself.
         wheel = spec.wheel
-        have = ["sm_" + a for a in wheel.archs]
         version = _wheel_version(config, spec.package, spec.version, wheel.url)
-        kernel = SglKernel(spec.package, version, install, wheel.url, wheel.sha256, archs=have, cuda=wheel.cuda)
-        missing = [a for a in want if a not in have]
-        if missing:
-            warnings.append(f"{spec.package} {version} (the pinned wheel) has no {', '.join(missing)} code")
+        archs = ["sm_" + a for a in wheel.archs]
+        kernel = SglKernel(spec.package, version, install, wheel.url, wheel.sha256, archs=archs, cuda=wheel.cuda)
     else:
-        have = ["sm_" + a for a in spec.pypi_archs]
-        kernel = SglKernel(spec.package, spec.version, install, "", "", archs=have, cuda=spec.pypi_cuda)
-        missing = [a for a in want if a not in have]
-        if missing:
-            warnings.append(f"{spec.package} {spec.version} from PyPI has no {', '.join(missing)} code")
-    notes: list[str] = []
-    if kernel.cuda != base_cuda:
-        notes.append(
-            f"{spec.package} {spec.version} is PyPI's CUDA {kernel.cuda} build: a stand-in on the "
-            f"CUDA {config.cuda.version} base"
-        )
-    return kernel, notes, warnings
+        archs = ["sm_" + a for a in spec.pypi_archs]
+        kernel = SglKernel(spec.package, spec.version, install, "", "", archs=archs, cuda=spec.pypi_cuda)
+    missing = [a for a in want if a not in kernel.archs]
+    whose = "(the pinned wheel)" if install == "wheel" else "from PyPI"
+    warnings = [f"{spec.package} {kernel.version} {whose} has no {', '.join(missing)} code"] if missing else []
+    stand_in = f"{spec.package} {spec.version} is PyPI's CUDA {kernel.cuda} build: a stand-in on the CUDA "
+    stand_in += f"{config.cuda.version} base"
+    return kernel, [stand_in] if kernel.cuda != base_cuda else [], warnings
 
 
 def _wheel_version(config: Config, package: str, version: str, url: str) -> str:
@@ -138,12 +117,21 @@ def _wheel_version(config: Config, package: str, version: str, url: str) -> str:
 def _build_jobs(max_jobs: int, nvcc_threads: int, compiling: list[str]) -> dict[str, str]:
     """One job budget for the kernel stages that compile at the same time (BuildKit runs them in parallel)."""
     share = max(1, max_jobs // len(compiling))
-    jobs = {
+    return {
         "FLASH_ATTN_MAX_JOBS": str(share if "flash-attn" in compiling else 1),
         "SGL_KERNEL_MAX_JOBS": str(share if "sgl-kernel" in compiling else 1),
         "NVCC_THREADS": str(nvcc_threads),
     }
-    return jobs
+
+
+def _flashinfer_jobs(
+    machine: res.Resources, fraction: float, fa_memory: float, fi_prebuilt: dict[str, Any], max_jobs: int | None
+) -> str:
+    """FlashInfer's prebuilt modules compile beside flash-attn (one nvcc thread a job): the memory flash-attn's jobs
+    leave, per the largest job of the modules chosen (the fused MoE's: 10.9 GB), within the CPUs and --max-jobs."""
+    need = prebuilt.job_memory_gib(fi_prebuilt)
+    jobs = math.floor((machine.memory_gib * fraction - fa_memory) / need) if need else machine.cpus
+    return str(max(1, min(jobs, machine.cpus, max_jobs or machine.cpus)))
 
 
 def _flash_attn(config: Config, track: Track, kernels: FlashAttnKernels) -> FlashAttn:
@@ -170,8 +158,8 @@ def _patches(config: Config, track: Track, version: str) -> tuple[list[PatchRef]
         if variant is None:
             skipped.append(SkippedPatch(name, f"no variant for {patch.component} {of}; upstream: {patch.upstream}"))
             continue
-        path = config.root / variant.file
-        refs.append(PatchRef(name, patch.component, variant.file, _sha256(path), patch.summary, patch.upstream))
+        sha256 = hashlib.sha256((config.root / variant.file).read_bytes()).hexdigest()
+        refs.append(PatchRef(name, patch.component, variant.file, sha256, patch.summary, patch.upstream))
     return refs, skipped
 
 
@@ -196,15 +184,9 @@ def _modes(config: Config, track: Track) -> dict[str, ModeSpec]:
     modes = {}
     for name, mode in config.modes.items():
         presets = track.presets.get(name) if mode.draft else None
-        modes[name] = ModeSpec(
-            summary=mode.summary,
-            args=list(mode.args),
-            draft=mode.draft,
-            spec_num_steps=presets.spec_num_steps if presets else None,
-            spec_eagle_topk=presets.spec_eagle_topk if presets else None,
-            spec_num_draft_tokens=presets.spec_num_draft_tokens if presets else None,
-            draft_tree_reason=presets.reason if presets else None,
-        )
+        tree = presets.model_dump() if presets else dict.fromkeys(ModePresets.model_fields)
+        tree["draft_tree_reason"] = tree.pop("reason")
+        modes[name] = ModeSpec(summary=mode.summary, args=list(mode.args), draft=mode.draft, **tree)
     return modes
 
 
@@ -219,12 +201,9 @@ def _drafters(config: Config, profile_name: str) -> dict[str, DrafterElsewhere]:
 
 
 def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str], profile_name: str) -> EntrypointSpec:
-    """What docker/entrypoint.py reads from the image's plan.json (its `entrypoint` key).
-
-    A rule's `requires_patch` becomes `requires`: that patch's upstream_check (files and patterns), which the
-    entrypoint matches against the installed SGLang, so the rule applies whether this image applied the patch
-    or upstream already has the change.
-    """
+    """What docker/entrypoint.py reads from the image's plan.json (its `entrypoint` key). A rule's `requires_patch`
+    becomes that patch's upstream_check, matched against the installed SGLang: the rule applies whether this image
+    applied the patch or upstream already has the change."""
     runtime: list[RuntimeRuleSpec] = []
     for rule in track.runtime:  # one name per track: config checks it
         requires = None
@@ -237,16 +216,8 @@ def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str
                 )
             checks = [UpstreamCheckSpec(c.path, list(c.patterns)) for c in patch.upstream_checks]
             requires = RequiredPatch(rule.requires_patch, checks)
-        runtime.append(
-            RuntimeRuleSpec(
-                name=rule.name,
-                when=rule.conditions,
-                env=dict(rule.env),
-                args=list(rule.args),
-                requires=requires,
-                reason=rule.reason,
-            )
-        )
+        spec = RuntimeRuleSpec(rule.name, rule.conditions, dict(rule.env), list(rule.args), requires, rule.reason)
+        runtime.append(spec)
     return EntrypointSpec(
         sglang_version=version,
         cuda_archs=cuda_archs,
@@ -287,12 +258,7 @@ def load_plan(
 def plan_from_args(config: Config, args: Any) -> Plan:
     """load_plan with the machine and track options every plan-resolving command takes (arguments.py's group)."""
     return load_plan(
-        config,
-        profile=args.profile,
-        sglang=args.sglang,
-        max_jobs=args.max_jobs,
-        cpus=args.cpus,
-        memory_gib=args.memory_gib,
+        config, **{key: getattr(args, key) for key in ("profile", "sglang", "max_jobs", "cpus", "memory_gib")}
     )
 
 
@@ -323,16 +289,14 @@ def resolve(
     flash_attn = _flash_attn(config, track, profile_settings.flash_attn)
     patches, skipped = _patches(config, track, version)
 
+    figures = config.parallelism
     machine = machine or res.detect()
+    job_memory_gib = figures.compile_job_memory_gib_backward if flash_attn.backward else figures.compile_job_memory_gib
     parallelism = res.parallelism(
         machine,
-        job_memory_gib=(
-            config.parallelism.compile_job_memory_gib_backward
-            if flash_attn.backward
-            else config.parallelism.compile_job_memory_gib
-        ),
-        memory_fraction=config.parallelism.memory_fraction,
-        nvcc_threads_max=config.parallelism.nvcc_threads_max,
+        job_memory_gib=job_memory_gib,
+        memory_fraction=figures.memory_fraction,
+        nvcc_threads_max=figures.nvcc_threads_max,
         gencode_targets=len(config.cuda.archs),
         max_jobs_override=max_jobs,
     )
@@ -341,6 +305,14 @@ def resolve(
 
     tag_version = image_version(config, version, profile_name)
     compiling = ["flash-attn"] + (["sgl-kernel"] if sgl_kernel.source == "source" else [])
+    build_jobs = _build_jobs(parallelism.max_jobs, parallelism.nvcc_threads, compiling)
+    fi_prebuilt = prebuilt.resolve(
+        profile_settings.flashinfer_prebuilt, track.flashinfer, f"profiles.{profile_name}.flashinfer_prebuilt"
+    )
+    fa_memory = int(build_jobs["FLASH_ATTN_MAX_JOBS"]) * parallelism.nvcc_threads * job_memory_gib
+    build_jobs["FLASHINFER_MAX_JOBS"] = _flashinfer_jobs(
+        machine, figures.memory_fraction, fa_memory, fi_prebuilt, max_jobs
+    )
 
     plan = Plan(
         profile=profile_name,
@@ -369,7 +341,7 @@ def resolve(
         max_jobs=parallelism.max_jobs,
         nvcc_threads=parallelism.nvcc_threads,
         parallelism_reason=parallelism.reason,
-        build_jobs=_build_jobs(parallelism.max_jobs, parallelism.nvcc_threads, compiling),
+        build_jobs=build_jobs,
         tags=[f"{config.project.image}:{tag_version}"],
         labels={},
         build_args={},
@@ -383,6 +355,7 @@ def resolve(
         entrypoint=_entrypoint(config, track, version, list(config.cuda.archs), profile_name),
         tracks=sorted(config.tracks, key=Version),
         sm120_traps=[trap.model_dump() for trap in config.sm120_traps],
+        flashinfer_prebuilt=fi_prebuilt,
         warnings=warnings,
     )
     # The formats written from the plan itself, each by its own module.

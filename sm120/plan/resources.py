@@ -1,9 +1,5 @@
-"""The CPUs and memory this process may really use, and the build parallelism they allow.
-
-Reads cgroup v2 (`cpu.max`, `memory.max`) or v1 (`cpu.cfs_quota_us`, `memory.limit_in_bytes`) limits along
-the process's own cgroup path and its ancestors, the CPU affinity mask, and /proc/meminfo: the smallest wins.
-`proc` and `sysfs` are parameters so tests can point them at fake trees.
-"""
+"""The CPUs and memory this process may really use (cgroup v2 or v1 limits along its cgroup path and its ancestors,
+the CPU affinity mask, /proc/meminfo: the smallest wins), and the build parallelism they allow."""
 
 from __future__ import annotations
 
@@ -48,28 +44,19 @@ def _cgroup_paths(proc: Path) -> tuple[str | None, dict[str, str]]:
     """(v2 path, {v1 controller: path}) from /proc/self/cgroup."""
     v2: str | None = None
     v1: dict[str, str] = {}
-    text = _read(proc / "self" / "cgroup") or ""
-    for line in text.splitlines():
+    for line in (_read(proc / "self" / "cgroup") or "").splitlines():
         parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        if controllers == "":
-            v2 = path
-        else:
-            for controller in controllers.split(","):
-                v1[controller] = path
+        if len(parts) == 3 and parts[1]:
+            v1.update(dict.fromkeys(parts[1].split(","), parts[2]))
+        elif len(parts) == 3:
+            v2 = parts[2]
     return v2, v1
 
 
 def _ancestors(base: Path, rel: str) -> list[Path]:
-    """base/rel and each parent up to base; a namespaced path that does not exist falls back to base."""
-    rel = rel.strip("/")
-    out: list[Path] = []
-    parts = rel.split("/") if rel else []
-    for i in range(len(parts), -1, -1):
-        out.append(base.joinpath(*parts[:i]))
-    return out
+    """base/rel and each parent up to base (a namespaced path that does not exist falls back to base)."""
+    parts = [part for part in rel.split("/") if part]
+    return [base.joinpath(*parts[:i]) for i in range(len(parts), -1, -1)]
 
 
 def _smallest(dirs: list[Path], limit: Callable[[Path], float | None]) -> float | None:
@@ -113,15 +100,10 @@ def _affinity() -> int:
 
 
 def detect(
-    proc: Path = Path("/proc"),
-    sysfs: Path = Path("/sys"),
-    affinity: Callable[[], int] = _affinity,
+    proc: Path = Path("/proc"), sysfs: Path = Path("/sys"), affinity: Callable[[], int] = _affinity
 ) -> Resources:
-    cpus = float(affinity())
-    cpu_source = "affinity"
-    memory = _meminfo_total(proc)
-    mem_source = "MemTotal"
-
+    cpus, cpu_source = float(affinity()), "affinity"
+    memory, mem_source = _meminfo_total(proc), "MemTotal"
     v2, v1 = _cgroup_paths(proc)
     cgroot = sysfs / "fs" / "cgroup"
     if v2 is not None and (cgroot / "cgroup.controllers").exists():
@@ -138,9 +120,7 @@ def detect(
     if mem_limit is not None and mem_limit < memory:
         memory, mem_source = mem_limit, f"{kind} memory limit"
     return Resources(
-        cpus=max(1, math.floor(cpus)),
-        memory_bytes=memory,
-        source=f"CPUs from {cpu_source}, memory from {mem_source}",
+        cpus=max(1, math.floor(cpus)), memory_bytes=memory, source=f"CPUs from {cpu_source}, memory from {mem_source}"
     )
 
 

@@ -1,26 +1,17 @@
 """`build.py track`: make a new SGLang release a track of build.toml, and check one track alone.
 
 build.py track add VERSION [--from TRACK] [--dry-run]   # write [tracks."VERSION"] from what PyPI says
-build.py track check VERSION [-k EXPR]                # the T1 checks of that track (minutes; the first run
-                                                      # builds its CPU-only venv)
+build.py track check VERSION [-k EXPR]                # patches check, then the T1 tests of that track
 build.py track next                                   # the newest final release newer than the newest track
 
-`add` reads every fact it can (sm120/track/facts.py: the pins of the release's wheel, torch's CUDA build and C++
-standard, the kernel wheel's CUDA and SASS archs, the patch statuses), each with its source in a comment, and
-copies every other key of --from (default: the newest track) for review. It copies no rule written once ([[runtime]],
-[[left_out]], [[not_shipped]]): it says which the new release takes by their range, and marks for review those that
-held for --from and not for it. It refuses what it cannot establish (exit 2, naming the fact) and writes build.toml
-in one step, only once the result loads and plans (--dry-run prints the stanza instead).
-
-`check` runs `patches check` for the track, then the T1 tests of tests/upstream selected for it (pytest
---sglang-track VERSION): the patches on the release's source, the patched code's behaviour in the release's own
-interpreter, and the entrypoint's commands through that release's real parser. It needs the checkout's tests.
+`add` reads every fact it can (with its source in a comment), copies every other key of --from (default: the newest
+track) for review, refuses what it cannot establish (exit 2, naming the fact), and writes build.toml only once the
+result loads and plans. docs/tracks-and-patches.md says what each reads and checks.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,15 +21,12 @@ from packaging.version import InvalidVersion, Version
 from sm120.errors import CheckFailed, UsageError
 from sm120.patches import cmd_patches, pypi
 from sm120.plan import config as cfg
-from sm120.plan import resolve
+from sm120.plan import resolve, tomllib
 from sm120.plan import resources as res
 from sm120.track import facts as track_facts
 from sm120.track import stanza as track_stanza
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from sm120.track import wheel_members
+from sm120.track.facts import say as _say
 
 T1_TESTS = cfg.ROOT / "tests" / "upstream"
 
@@ -50,8 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    actions = p.add_subparsers(dest="action", metavar="ACTION")
-    actions.required = True
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     add = actions.add_parser("add", help='write [tracks."VERSION"] into build.toml from the facts on PyPI')
     add.add_argument("version", metavar="VERSION", help="the SGLang release (a final release on PyPI)")
@@ -82,10 +69,6 @@ def _version(text: str) -> str:
 
 def newest(config: cfg.Config) -> str:
     return max(config.tracks, key=Version)
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def run_add(args: argparse.Namespace) -> int:
@@ -180,11 +163,7 @@ def check_and_write(path: Path, new_text: str, version: str, data: dict[str, Any
         raise UsageError(f'the new [tracks."{version}"] does not check out: {exc}; nothing written') from None
     if not write:
         return
-    tmp = path.with_name(f".{path.name}.track-add-{os.getpid()}.tmp")
     try:
-        tmp.write_text(new_text, encoding="utf-8")
-        tmp.replace(path)
+        wheel_members.write(path, new_text.encode())
     except OSError as exc:
         raise UsageError(f"{path}: cannot write it ({exc.strerror or exc}); nothing written") from None
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -1,27 +1,8 @@
-"""The facts of a new SGLang track, read from PyPI (`build.py track add`): what the release's wheel pins, and what
-those pinned wheels are. Each fact is a value and one line saying where it was read; a fact that cannot be
-established is a UsageError naming it (exit 2): nothing is guessed.
-
-| fact (build.toml key)                      | read from                                                          |
-|--------------------------------------------|--------------------------------------------------------------------|
-| flashinfer, torch.version,                 | the sglang wheel's METADATA: its Requires-Dist pins (==)           |
-| sgl_kernel.package, sgl_kernel.version     |                                                                    |
-| torch.pypi_cuda                            | the torch wheel's METADATA: the CUDA runtime it requires           |
-| cxx_std                                    | the torch wheel's torch/include/ATen/ATen.h: the standard it needs |
-| sgl_kernel.pypi_cuda                       | the kernel wheel's libraries: DT_NEEDED libcudart.so.N, and the    |
-|                                            | toolkit note of their cubins (release X.Y)                         |
-| sgl_kernel.pypi_archs                      | cuobjdump --list-elf over the same libraries                       |
-| sgl_kernel.install                         | `pypi` for every profile when that wheel is a CUDA <cuda.version   |
-|                                            | major> build with sm_XYa for every cuda.archs                      |
-
-A track names no patches (every [patches.*] applies where a variant holds), but the patch engine runs on the
-release's source: a conflict is refused, and each patch's status is a note in the stanza.
-
-The kernel wheel's libraries are the ones verify holds to sm_120 (every shared library but those
-`elf.SGL_KERNEL_NOT_FOR_SM120` exempts by design, FA3 and FlashMLA: not read, which spares the largest members).
-The torch and kernel wheels are read by range requests (sm120/track/wheel_members.py), the sglang wheel as
-`patches check` reads it (sm120/patches/pypi.py). Every read goes through `Sources`, so the derivation runs on recorded
-metadata in the unit tests.
+"""The facts of a new SGLang track, read from PyPI (`build.py track add`; docs/tracks-and-patches.md says which
+fact is read where). Each fact is a value and one line saying where it was read; a fact that cannot be established
+is a UsageError naming it (exit 2): nothing is guessed. The kernel wheel's libraries read are the ones verify holds to
+sm_120 (not those `elf.SGL_KERNEL_NOT_FOR_SM120` exempts, which spares the largest members). Every read goes through
+the `sources` object (PyPISources), so the derivation runs on recorded metadata in the unit tests.
 """
 
 from __future__ import annotations
@@ -32,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from packaging.markers import default_environment
 from packaging.metadata import parse_email
@@ -63,7 +44,7 @@ DERIVED: tuple[tuple[str, ...], ...] = (
 )
 # Keys of the --from track that are facts of its own pins, neither derived nor copied, with the reason.
 NOT_COPIED: dict[tuple[str, ...], str] = {
-    ("sgl_kernel", "wheel"): "upstream's wheel (url, sha256) of the --from track's kernel version",
+    ("sgl_kernel", "wheel"): "upstream's wheel (url, sha256) of the --from track's kernel version"
 }
 
 KERNEL_PACKAGES = ("sgl-kernel", "sglang-kernel")  # renamed at 0.4.0; the import name stays sgl_kernel
@@ -94,43 +75,20 @@ class Derived:
     notes: list[str] = field(default_factory=list)  # for the reviewer: what the facts imply but no key holds
 
 
-class Sources(Protocol):
-    """Where the facts are read: PyPI (PyPISources) or recorded metadata (the unit tests)."""
-
-    def release_files(self, project: str, version: str) -> list[dict[str, Any]] | None: ...
-    def sglang_metadata(self, version: str) -> tuple[str, str]: ...  # (METADATA text, wheel file name)
-    def wheel_names(self, wheel: pypi.WheelFile) -> list[str]: ...
-    def wheel_text(self, wheel: pypi.WheelFile, member: str) -> str: ...
-    def library(self, wheel: pypi.WheelFile, member: str) -> Library: ...
-    def patch_results(
-        self, config: Config, version: str, patches: list[tuple[str, Patch]]
-    ) -> list[patching.Result]: ...
-
-
-# ---------------------------------------------------------------------------------------------------
-# Pins
-# ---------------------------------------------------------------------------------------------------
-
-
 def environments(config: Config) -> list[dict[str, str]]:
     """Marker environments of the image: Linux x86_64 with each profile's Python."""
-    out = []
-    for python in sorted({p.python for p in config.profiles.values()}):
-        out.append(
-            {
-                **default_environment(),
-                "sys_platform": "linux",
-                "platform_system": "Linux",
-                "platform_machine": "x86_64",
-                "os_name": "posix",
-                "implementation_name": "cpython",
-                "platform_python_implementation": "CPython",
-                "python_version": python,
-                "python_full_version": f"{python}.0",
-                "extra": "",
-            }
-        )
-    return out
+    linux = {
+        **default_environment(),
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }
+    pythons = sorted({p.python for p in config.profiles.values()})
+    return [{**linux, "python_version": py, "python_full_version": f"{py}.0"} for py in pythons]
 
 
 def requirements(metadata: str, envs: list[dict[str, str]], where: str) -> dict[str, tuple[Requirement, str]]:
@@ -152,13 +110,9 @@ def requirements(metadata: str, envs: list[dict[str, str]], where: str) -> dict[
     return found
 
 
-# The pins read, and the fact each one is.
-_WANTED = {
-    canonicalize_name("torch"): "torch.version",
-    canonicalize_name("flashinfer-python"): "flashinfer",
-    canonicalize_name("cuda-python"): "cuda-python",
-    **{canonicalize_name(n): "sgl_kernel.version" for n in KERNEL_PACKAGES},
-}
+# The pins read (by their canonical names), and the fact each one is.
+_WANTED = {"torch": "torch.version", "flashinfer-python": "flashinfer", "cuda-python": "cuda-python"}
+_WANTED |= dict.fromkeys(KERNEL_PACKAGES, "sgl_kernel.version")
 
 
 def exact_pin(req: Requirement, line: str, fact: str, where: str) -> str:
@@ -172,12 +126,7 @@ def exact_pin(req: Requirement, line: str, fact: str, where: str) -> str:
     return specs[0].version
 
 
-# ---------------------------------------------------------------------------------------------------
-# Derivation
-# ---------------------------------------------------------------------------------------------------
-
-
-def _release_wheel(sources: Sources, project: str, version: str, fact: str, *, x86_64: bool) -> pypi.WheelFile:
+def _release_wheel(sources: PyPISources, project: str, version: str, fact: str, *, x86_64: bool) -> pypi.WheelFile:
     files = sources.release_files(project, version)
     if not files:
         raise UsageError(f"{fact}: {project} {version} is not on PyPI")
@@ -200,41 +149,35 @@ def _release_wheel(sources: Sources, project: str, version: str, fact: str, *, x
     return pypi.pick_wheel(project, version, wheels)
 
 
-def _sglang_pins(config: Config, version: str, sources: Sources, out: Derived) -> tuple[str, str, str]:
+def _sglang_pins(config: Config, version: str, sources: PyPISources, out: Derived) -> tuple[str, str, str]:
     _release_wheel(sources, "sglang", version, "sglang", x86_64=False)
     metadata, filename = sources.sglang_metadata(version)
     where = f"sglang {version} ({filename} METADATA)"
     reqs = requirements(metadata, environments(config), where)
-    src = f"{filename} METADATA"
 
-    def pin(name: str, fact: str) -> tuple[str, str]:
-        key = canonicalize_name(name)
-        if key not in reqs:
+    def pin(name: str, fact: str) -> Fact:
+        if name not in reqs:
             raise UsageError(f"{fact}: {where} has no Requires-Dist for {name}")
-        req, line = reqs[key]
-        return exact_pin(req, line, fact, where), line
+        return Fact(exact_pin(*reqs[name], fact, where), f"{filename} METADATA: {reqs[name][1]}")
 
-    torch, line = pin("torch", "torch.version")
-    out.facts[("torch", "version")] = Fact(torch, f"{src}: {line}")
-    flashinfer, line = pin("flashinfer-python", "flashinfer")
-    out.facts[("flashinfer",)] = Fact(flashinfer, f"{src}: {line}")
-    kernels = [name for name in KERNEL_PACKAGES if canonicalize_name(name) in reqs]
+    torch = out.facts[("torch", "version")] = pin("torch", "torch.version")
+    out.facts[("flashinfer",)] = pin("flashinfer-python", "flashinfer")
+    kernels = [name for name in KERNEL_PACKAGES if name in reqs]
     if len(kernels) != 1:
         raise UsageError(
             f"sgl_kernel.package: {where} requires {' and '.join(kernels) or 'none'} of {', '.join(KERNEL_PACKAGES)}; "
             "expected exactly one"
         )
-    kernel_version, line = pin(kernels[0], "sgl_kernel.version")
-    out.facts[("sgl_kernel", "package")] = Fact(kernels[0], f"{src}: {line}")
-    out.facts[("sgl_kernel", "version")] = Fact(kernel_version, f"{src}: {line}")
-    if canonicalize_name("cuda-python") in reqs:
-        cuda_python = reqs[canonicalize_name("cuda-python")][1].split(";")[0].strip()
-        out.notes.append(_cuda_python_note(config, version, cuda_python))
-    return torch, kernels[0], kernel_version
+    kernel = pin(kernels[0], "sgl_kernel.version")
+    out.facts[("sgl_kernel", "package")] = Fact(kernels[0], kernel.source)
+    out.facts[("sgl_kernel", "version")] = kernel
+    if "cuda-python" in reqs:
+        out.notes.append(_cuda_python_note(config, version, *reqs["cuda-python"]))
+    return torch.value, kernels[0], kernel.value
 
 
-def _cuda_python_note(config: Config, version: str, requirement: str) -> str:
-    req = Requirement(requirement)
+def _cuda_python_note(config: Config, version: str, req: Requirement, line: str) -> str:
+    requirement = line.split(";")[0].strip()
     majors = {Version(s.version).major for s in req.specifier if s.operator in ("==", ">=", "~=")}
     cuda = int(cuda_major(config.cuda.version))
     if majors and max(majors) >= cuda:
@@ -249,7 +192,7 @@ def _cuda_python_note(config: Config, version: str, requirement: str) -> str:
 _CUDA_RUNTIME = re.compile(r"^(cuda-toolkit|nvidia-cuda-runtime(-cu\d+)?)$")
 
 
-def _torch(config: Config, torch: str, sources: Sources, out: Derived) -> None:
+def _torch(config: Config, torch: str, sources: PyPISources, out: Derived) -> None:
     wheel = _release_wheel(sources, "torch", torch, "torch.pypi_cuda", x86_64=True)
     where = f"torch {torch} ({wheel.filename} METADATA)"
     metadata = sources.wheel_text(wheel, f"{wheel_members.dist_info(wheel)}/METADATA")
@@ -291,33 +234,24 @@ _CUDART = re.compile(r"^libcudart\.so\.(\d+)$")
 _RELEASE = re.compile(r"release (\d+)\.(\d+)")
 
 
-def _kernel(config: Config, package: str, version: str, sources: Sources, out: Derived) -> None:
+def _kernel(config: Config, package: str, version: str, sources: PyPISources, out: Derived) -> None:
     wheel = _release_wheel(sources, package, version, "sgl_kernel.pypi_archs", x86_64=True)
-    libraries = []
-    skipped = []
-    for name in sources.wheel_names(wheel):
-        if not (name.endswith(".so") or ".so." in Path(name).name):
-            continue
-        if elf.not_for_sm120(elf.library_name(name)):
-            skipped.append(elf.library_name(name))
-        else:
-            libraries.append(name)
+    shared = [name for name in sources.wheel_names(wheel) if name.endswith(".so") or ".so." in Path(name).name]
+    skipped = [elf.library_name(name) for name in shared if elf.not_for_sm120(elf.library_name(name))]
+    libraries = [name for name in shared if not elf.not_for_sm120(elf.library_name(name))]
     if not libraries:
         raise UsageError(f"sgl_kernel.pypi_archs: {wheel.filename} has no compiled library to read")
     archs: set[str] = set()
-    majors: dict[str, set[str]] = {}
+    majors: set[str] = set()
     toolkits: dict[tuple[int, int], str] = {}
     read = []
     for name in libraries:
         lib = sources.library(wheel, name)
-        found = lib.sass
-        if not found:
+        if not lib.sass:
             continue
         read.append(elf.library_name(name))
-        archs.update(found)
-        for so in lib.needed:
-            if m := _CUDART.match(so):
-                majors.setdefault(m.group(1), set()).add(elf.library_name(name))
+        archs.update(lib.sass)
+        majors.update(m.group(1) for so in lib.needed if (m := _CUDART.match(so)))
         for note in lib.toolkit:
             if m := _RELEASE.search(note):
                 toolkits.setdefault((int(m.group(1)), int(m.group(2))), note)
@@ -327,8 +261,7 @@ def _kernel(config: Config, package: str, version: str, sources: Sources, out: D
     shown = ", ".join(read)
     not_read = f"; not read (no sm_120 by design, verify exempts them): {', '.join(skipped)}" if skipped else ""
     out.facts[("sgl_kernel", "pypi_archs")] = Fact(
-        [a.removeprefix("sm_") for a in ordered],
-        f"{wheel.filename}: cuobjdump --list-elf (SASS) of {shown}{not_read}",
+        [a.removeprefix("sm_") for a in ordered], f"{wheel.filename}: cuobjdump --list-elf (SASS) of {shown}{not_read}"
     )
     if len(majors) != 1:
         raise UsageError(
@@ -371,14 +304,13 @@ def _kernel(config: Config, package: str, version: str, sources: Sources, out: D
     )
 
 
-def _patches(config: Config, version: str, sources: Sources, out: Derived) -> None:
+def _patches(config: Config, version: str, sources: PyPISources, out: Derived) -> None:
     sglang = [(name, patch) for name, patch in config.patches.items() if patch.component == "sglang"]
     results = sources.patch_results(config, version, sglang)
-    bad = [r for r in results if r.status is patching.Status.CONFLICT]
-    if bad:
+    if bad := next((r for r in results if r.status is patching.Status.CONFLICT), None):
         raise UsageError(
-            f"patches: sglang {version}: patch {bad[0].patch} conflicts ({bad[0].detail} [{bad[0].variant}]); "
-            f"write a variant for this release (patches/sglang/{bad[0].patch}/) and run again"
+            f"patches: sglang {version}: patch {bad.patch} conflicts ({bad.detail} [{bad.variant}]); "
+            f"write a variant for this release (patches/sglang/{bad.patch}/) and run again"
         )
     said = [f"{r.patch} {r.status}" + (f" ({r.variant})" if r.variant else "") for r in results]
     out.notes.append(f"patches: the patch engine on sglang {version}'s wheel: {'; '.join(said)}")
@@ -390,7 +322,7 @@ def _patches(config: Config, version: str, sources: Sources, out: Derived) -> No
             )
 
 
-def derive(config: Config, version: str, sources: Sources) -> Derived:
+def derive(config: Config, version: str, sources: PyPISources) -> Derived:
     """Every fact in DERIVED for sglang `version`, read through `sources`; UsageError naming what is not known."""
     out = Derived(facts={})
     torch, package, kernel_version = _sglang_pins(config, version, sources, out)
@@ -401,23 +333,19 @@ def derive(config: Config, version: str, sources: Sources) -> Derived:
     return out
 
 
-# ---------------------------------------------------------------------------------------------------
-# PyPI
-# ---------------------------------------------------------------------------------------------------
-
-
-def _say(message: str) -> None:
+def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
 class PyPISources:
-    """The facts as PyPI has them: JSON API, wheels by range requests, the release's source tree, the tools."""
+    """The facts as PyPI has them: JSON API, wheels by range requests (sm120/track/wheel_members.py), the release's
+    source tree (as `patches check` reads it), the tools."""
 
-    def __init__(self, progress: Callable[[str], None] = _say) -> None:
+    release_files = staticmethod(pypi.release_files)
+    wheel_names = staticmethod(wheel_members.names)
+
+    def __init__(self, progress: Callable[[str], None] = say) -> None:
         self.progress = progress
-
-    def release_files(self, project: str, version: str) -> list[dict[str, Any]] | None:
-        return pypi.release_files(project, version)
 
     def sglang_metadata(self, version: str) -> tuple[str, str]:
         tree = pypi.source_tree(version, progress=self.progress)
@@ -427,9 +355,6 @@ class PyPISources:
             raise UsageError(f"{wheel.filename} has no sglang-*.dist-info/METADATA")
         return found[0].read_text(encoding="utf-8"), wheel.filename
 
-    def wheel_names(self, wheel: pypi.WheelFile) -> list[str]:
-        return wheel_members.names(wheel)
-
     def wheel_text(self, wheel: pypi.WheelFile, member: str) -> str:
         path = wheel_members.member(wheel, member, progress=self.progress)
         return path.read_text(encoding="utf-8", errors="replace")
@@ -438,13 +363,12 @@ class PyPISources:
         path = wheel_members.member(wheel, member, progress=self.progress)
         try:
             tool = elf.cuobjdump()
-        except elf.CuobjdumpMissing as exc:
-            raise UsageError(str(exc)) from None
-        try:
             sass = elf.sass_archs(path, tool)
             with tempfile.TemporaryDirectory(prefix="sm120-cubin-") as scratch:
                 notes = elf.toolkit_notes(path, Path(scratch), tool) if sass.archs else []
             needed = elf.needed(path)
+        except elf.CuobjdumpMissing as exc:
+            raise UsageError(str(exc)) from None
         except RuntimeError as exc:
             raise CheckFailed(f"{wheel.filename} {member}: {exc}") from None
         return Library(needed=needed, sass=sass.archs, toolkit=notes)

@@ -1,41 +1,21 @@
-"""The [tracks."X"] stanza `build.py track add` writes into build.toml.
-
-The stanza is the derived facts (sm120/track/facts.py, each with its source in a comment) and every other key of
-the --from track, copied as it is and marked for review; the rules written once ([[runtime]], [[left_out]],
-[[not_shipped]]) are not copied: a note names those whose range holds the new version, and marks for review those
-that held for the --from track and not for it. It goes into build.toml as text, after the newest track's
-block: the rest of the file (comments, layout) is left byte for byte. Before the file is replaced, the result must
-parse to the old file plus exactly this track, load (sm120.plan.config.load) and resolve a plan for every profile; it
-is written to a temporary file beside build.toml and moved over it in one step, so a refusal leaves no half
-stanza behind.
-"""
+"""The [tracks."X"] stanza `build.py track add` writes into build.toml: the derived facts (each with its source in a
+comment) and every other key of the --from track, marked for review. It goes in as text after the newest track's
+block, so the rest of the file (comments, layout) is left byte for byte."""
 
 from __future__ import annotations
 
 import copy
-import re
-import sys
 import textwrap
-from collections.abc import Iterable
 from typing import Any
 
 import tomlkit
 
 from sm120.errors import UsageError
+from sm120.plan import tomllib
 from sm120.plan.config import RULES, Config
 from sm120.track.facts import DERIVED, NOT_COPIED, Derived
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 WIDTH = 118  # comment lines wrap here (ruff's 120 for the code; build.toml follows it)
-
-
-# ---------------------------------------------------------------------------------------------------
-# The track's data: derived facts in the --from track's key order, the rest copied
-# ---------------------------------------------------------------------------------------------------
 
 
 def track_data(derived: Derived, source: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, ...]]]:
@@ -45,8 +25,10 @@ def track_data(derived: Derived, source: dict[str, Any]) -> tuple[dict[str, Any]
 
     def merge(prefix: tuple[str, ...], raw: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for key, value in raw.items():
-            path = (*prefix, key)
+        # The --from track's keys, then the derived ones it lacks (its own keys first, then its tables').
+        lacking = [d[len(prefix)] for d in sorted(derived.facts, key=len) if d[: len(prefix)] == prefix]
+        for key in dict.fromkeys([*raw, *lacking]):
+            path, value = (*prefix, key), raw.get(key, {})
             if path in NOT_COPIED:
                 continue
             if path in derived.facts:
@@ -56,12 +38,6 @@ def track_data(derived: Derived, source: dict[str, Any]) -> tuple[dict[str, Any]
             else:
                 out[key] = copy.deepcopy(value)
                 copied.append(path)
-        for path, fact in derived.facts.items():  # derived keys the --from track lacks
-            if path[:-1] == prefix and path[-1] not in out:
-                out[path[-1]] = fact.value
-        for sub in {d[len(prefix)] for d in DERIVED if len(d) > len(prefix) + 1 and d[: len(prefix)] == prefix}:
-            if sub not in out:
-                out[sub] = merge((*prefix, sub), {})
         return out
 
     return merge((), source), copied
@@ -87,11 +63,6 @@ def ranged_rules(config: Config, version: str, source: str) -> list[str]:
     return said
 
 
-# ---------------------------------------------------------------------------------------------------
-# Rendering
-# ---------------------------------------------------------------------------------------------------
-
-
 def _comment(text: str) -> list[str]:
     return [f"# {line}" for line in textwrap.wrap(text, WIDTH - 2, break_on_hyphens=False, break_long_words=False)]
 
@@ -100,23 +71,13 @@ def _key(name: str) -> str:
     return tomlkit.key(name).as_string()
 
 
-def _item(value: Any) -> Any:
-    if isinstance(value, dict):
-        table = tomlkit.inline_table()
-        for key, inner in value.items():
-            table.append(key, _item(inner))
-        return table
-    if isinstance(value, list):
-        array = tomlkit.array()
-        for inner in value:
-            array.append(_item(inner))
-        return array
-    return tomlkit.item(value)
-
-
 def value_text(value: Any) -> str:
-    """A value as TOML (tables inline), written by tomlkit."""
-    return _item(value).as_string()
+    """A value as TOML, tables inline (tomlkit writes the keys and the plain values)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(key)} = {value_text(inner)}" for key, inner in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(value_text, value)) + "]"
+    return tomlkit.item(value).as_string()
 
 
 def _inline(value: Any) -> bool:
@@ -129,98 +90,70 @@ def _is_aot(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
-class _Writer:
-    def __init__(self, version: str, derived: Derived, copied: Iterable[tuple[str, ...]], source_track: str) -> None:
-        self.version = version
-        self.derived = derived
-        self.copied = set(copied)
-        self.review = (
-            f'review: copied from [tracks."{source_track}"] (its comments there say why); check it for {version}'
-        )
-        self.lines: list[str] = []
-
-    def notes(self, path: tuple[str, ...]) -> list[str]:
-        if path in self.derived.facts:
-            return _comment(self.derived.facts[path].source)
-        if path in self.copied:
-            return _comment(self.review)
-        return []
-
-    def table(
-        self, path: tuple[str, ...], data: dict[str, Any], *, aot: bool = False, notes: bool = True, above=()
-    ) -> None:
-        """`above`: comment lines a super-table without keys of its own hands to its first table."""
-        header = ".".join(["tracks", _key(self.version), *(_key(p) for p in path)])
-        above = [*above, *(self.notes(path) if notes else [])]
-        plain, nested = [], []
-        for key, value in data.items():
-            sub = (*path, key)
-            facts_under = any(len(d) > len(sub) and d[: len(sub)] == sub for d in self.derived.facts)
-            if (isinstance(value, dict) and not aot and (facts_under or not _inline(value))) or _is_aot(value):
-                nested.append((key, value))
-            else:
-                plain.append((key, value))
-        if not plain and nested and not aot and path and isinstance(nested[0][1], dict):
-            pass  # no keys of its own ([tracks."X".presets] holds only tables): its tables' headers define it
-        else:
-            self.lines += above
-            above = []
-            self.lines.append(f"[[{header}]]" if aot else f"[{header}]")
-        for key, value in plain:
-            if not aot:
-                self.lines += self.notes((*path, key))
-            self.lines.append(f"{_key(key)} = {value_text(value)}")
-        for n, (key, value) in enumerate(nested):
-            if n or self.lines[-1:] != [""]:
-                self.lines.append("")
-            if isinstance(value, dict):
-                self.table((*path, key), value, above=above)
-                above = []
-            else:  # an array of tables: each entry marked (a runtime rule, a fix-up, ... is reviewed one by one)
-                for i, entry in enumerate(value):
-                    if i:
-                        self.lines.append("")
-                    self.lines += self.notes((*path, key))
-                    self.table((*path, key), entry, aot=True, notes=False)
-
-
 def render(version: str, data: dict[str, Any], derived: Derived, copied: list[tuple[str, ...]], source: str) -> str:
     """The stanza's text: a header comment, the track's tables, each key with its source or a review mark."""
-    writer = _Writer(version, derived, copied, source)
+    review = _comment(f'review: copied from [tracks."{source}"] (its comments there say why); check it for {version}')
     head = (
         f"SGLang {version}: written by `build.py track add {version}` from PyPI. Each derived fact names its source "
         f'above it; what is marked "review" was copied from [tracks."{source}"] and holds for {version} only once '
         "checked (`build.py track check` runs the T1 checks; the image's verify the rest)."
     )
-    writer.lines += _comment(head)
-    for note in derived.notes:
-        writer.lines += _comment(f"Note: {note}")
-    writer.table((), data, notes=False)
-    return "\n".join(writer.lines) + "\n"
+    lines = [*_comment(head), *(line for note in derived.notes for line in _comment(f"Note: {note}"))]
 
+    def notes(path: tuple[str, ...]) -> list[str]:
+        if path in derived.facts:
+            return _comment(derived.facts[path].source)
+        return review if path in copied else []
 
-# ---------------------------------------------------------------------------------------------------
-# Where the stanza goes: after the newest track's block, as text
-# ---------------------------------------------------------------------------------------------------
+    def table(path: tuple[str, ...], data: dict[str, Any], *, aot: bool = False, above=()) -> None:
+        """`above`: comment lines a super-table without keys of its own hands to its first table."""
+        header = ".".join(["tracks", _key(version), *(_key(p) for p in path)])
+        above = [*above, *notes(path)]
+        plain, nested = [], []
+        for key, value in data.items():
+            sub = (*path, key)
+            facts_under = any(len(d) > len(sub) and d[: len(sub)] == sub for d in derived.facts)
+            if (isinstance(value, dict) and not aot and (facts_under or not _inline(value))) or _is_aot(value):
+                nested.append((key, value))
+            else:
+                plain.append((key, value))
+        if plain or not nested or aot or not path or not isinstance(nested[0][1], dict):
+            # (otherwise it has no keys of its own, as [tracks."X".presets]: its tables' headers define it)
+            lines.extend([*above, f"[[{header}]]" if aot else f"[{header}]"])
+            above = []
+        for key, value in plain:
+            lines.extend([] if aot else notes((*path, key)))
+            lines.append(f"{_key(key)} = {value_text(value)}")
+        for n, (key, value) in enumerate(nested):
+            if n or lines[-1:] != [""]:
+                lines.append("")
+            if isinstance(value, dict):
+                table((*path, key), value, above=above)
+                above = []
+            else:  # an array of tables: each entry marked (a runtime rule, a fix-up, ... is reviewed one by one)
+                for i, entry in enumerate(value):
+                    lines.extend([""] if i else [])
+                    table((*path, key), entry, aot=True)
 
-_HEADER = re.compile(r"^\s*\[\[?\s*(?P<key>[^\[\]]+?)\s*\]\]?\s*(#.*)?$")
-_TRACK = re.compile(r"""^tracks\s*\.\s*(?:"(?P<dq>[^"]*)"|'(?P<sq>[^']*)'|(?P<bare>[A-Za-z0-9_-]+))\s*(\.|$)""")
+    table((), data)
+    return "\n".join(lines) + "\n"
 
 
 def _headers(lines: list[str]) -> list[tuple[int, str | None]]:
-    """(line index, the track it belongs to or None) of every table header. A line that looks like one inside a
-    multi-line value is not one: the text before a real header is a whole TOML document."""
+    """(line index, the track it belongs to or None) of every table header: a line that is a TOML document alone
+    (`[tracks."X".y]  # comment`), after the text before it, which is a whole document too (else the line is inside a
+    multi-line value)."""
     out = []
     for i, line in enumerate(lines):
-        m = _HEADER.match(line)
-        if not m:
+        if not line.lstrip().startswith("["):
             continue
         try:
+            header = tomllib.loads(line)
             tomllib.loads("".join(lines[:i]))
         except tomllib.TOMLDecodeError:
             continue
-        t = _TRACK.match(m.group("key"))
-        out.append((i, None if t is None else (t.group("dq") or t.group("sq") or t.group("bare"))))
+        tracks = header.get("tracks")
+        out.append((i, next(iter(tracks), None) if isinstance(tracks, dict) else None))
     return out
 
 
@@ -229,20 +162,16 @@ def track_span(text: str, version: str) -> tuple[int, int]:
     line (comments and blank lines before the next table belong to that table)."""
     lines = text.splitlines(keepends=True)
     headers = _headers(lines)
-    span = None
-    for n, (i, track) in enumerate(headers):
-        if track != version:
-            continue
-        if span is None or n == 0 or headers[n - 1][1] != version:
-            span = [i, i]
-        stop = headers[n + 1][0] if n + 1 < len(headers) else len(lines)
-        end = stop
-        while end > i + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
-            end -= 1
-        span[1] = end
-    if span is None:
+    ours = [n for n, (_, track) in enumerate(headers) if track == version]
+    if not ours:
         raise UsageError(f'build.toml has no [tracks."{version}"] table')
-    return span[0], span[1]
+    first = last = ours[-1]
+    while first and headers[first - 1][1] == version:
+        first -= 1
+    end = headers[last + 1][0] if last + 1 < len(headers) else len(lines)
+    while end > headers[last][0] + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1
+    return headers[first][0], end
 
 
 def insert(text: str, after: str, stanza: str) -> str:

@@ -1,10 +1,7 @@
-"""How the patches show in behaviour: code run in an interpreter that has SGLang installed (a T1 venv of a
-release, or the image's own, by verify's suite), the same code on both sides.
-
-Each snippet calls `emit(obj)` with its result; `SNIPPET_PRELUDE` (formatted with `pythonpath`, `stubs` and
-`stubs_file`) defines `emit`, puts `pythonpath` first on sys.path and, with `stubs`, installs the sgl_kernel
-stand-in (`SGL_KERNEL_STANDIN`, loaded by path) before the first `import sglang`.
-"""
+"""How the patches show in behaviour: the same snippets run in a T1 venv of each release and in the image (verify's
+suite). Each calls `emit(obj)`; `SNIPPET_PRELUDE` (formatted with `pythonpath`, `stubs`, `stubs_file`) defines it,
+puts `pythonpath` first on sys.path and, with `stubs`, installs the sgl_kernel stand-in (`SGL_KERNEL_STANDIN`, loaded
+by path) before the first `import sglang`."""
 
 from __future__ import annotations
 

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sm120.plan import tomllib
+
 # `ELF file    1: common_ops.abi3.3.sm_120a.cubin` (one line per embedded cubin), `PTX file    1: x.1.sm_90.ptx`.
 _CUBIN = re.compile(r"\.(sm_\d+[a-z]?)\.cubin\s*$")
 _PTX = re.compile(r"\.(sm_\d+[a-z]?)\.ptx\s*$")
@@ -100,14 +102,10 @@ _FLASH_DTYPE = {"cutlass10bfloat16_t": "bf16", "cutlass6half_t": "fp16"}
 
 def flash_attn_subset(functions: Iterable[str]) -> tuple[list[int], list[str], bool]:
     """(head dims, dtypes, has backward kernels) of flash-attn's compiled kernels, read from their names."""
-    head_dims: set[int] = set()
-    dtypes: set[str] = set()
-    backward = False
-    for name in functions:
-        head_dims.update(int(d) for d in _FLASH_HEADDIM.findall(name))
-        dtypes.update(dt for token, dt in _FLASH_DTYPE.items() if token in name)
-        backward = backward or "flash_bwd" in name or "Flash_bwd_kernel_traits" in name
-    return sorted(head_dims), sorted(dtypes), backward
+    names = list(functions)
+    head_dims = {int(d) for name in names for d in _FLASH_HEADDIM.findall(name)}
+    dtypes = {dt for name in names for token, dt in _FLASH_DTYPE.items() if token in name}
+    return sorted(head_dims), sorted(dtypes), any("flash_bwd" in n or "Flash_bwd_kernel_traits" in n for n in names)
 
 
 def covers(archs: list[str], arch: str) -> bool:
@@ -136,44 +134,11 @@ def unresolved(ldd_output: str) -> dict[str, list[str]]:
     return result
 
 
-# Libraries that may miss a dependency by design: (library path, missing soname, reason). The image has no
-# system library for these optional paths; the library is loaded only when that path is used.
-OPTIONAL_DEPENDENCIES = [
-    (
-        r".*/nvidia/nvshmem/lib/nvshmem_(bootstrap|transport)_\w+\.so[.\d]*",
-        r"lib(mpi|pmix|oshmem|mlx5|fabric|ucp|ucs|ibverbs|rdmacm)\.so[.\d]*",
-        "NVSHMEM's bootstrap and transport plugins (MPI, PMIx, OpenSHMEM, InfiniBand, libfabric, UCX) are loaded "
-        "only when NVSHMEM is set up for them, across nodes; the host's network stack provides them there",
-    ),
-    (
-        r".*/nvidia/(cufile|cu\d+)/lib/libcufile_rdma\.so[.\d]*",
-        r"lib(mlx5|rdmacm|ibverbs)\.so[.\d]*",
-        "cuFile's RDMA path (GPUDirect Storage over InfiniBand) is loaded only when configured; serving does not",
-    ),
-    (
-        r".*/torchcodec/libtorchcodec_\w+\.so",
-        r"lib(avutil|avcodec|avformat|avdevice|avfilter|swscale|swresample|torchcodec_core\d|heif)\.so[.\d]*",
-        "torchcodec ships one variant per FFmpeg major version and loads the one that matches the system's FFmpeg; "
-        "the image has no FFmpeg, so torchcodec cannot decode media here (SGLang 0.5.9 reads video with decord)",
-    ),
-    (
-        r".*/torch_memory_saver_hook_mode_\w+\.abi3\.so",
-        r"libcudart\.so\.\d+",
-        "torch_memory_saver ships one build per CUDA major (and an unsuffixed one) and loads the build whose "
-        "libcudart matches torch's (torch_memory_saver/utils.py); the builds for another CUDA major miss theirs",
-    ),
-    (
-        r".*/xgrammar/libxgrammar_bindings\.so",
-        r"libtvm_ffi\.so",
-        "libtvm_ffi.so is the apache-tvm-ffi package's, loaded by `import tvm_ffi`, which xgrammar runs first "
-        "(xgrammar/base.py)",
-    ),
-    (
-        r".*/numba/np/ufunc/tbbpool\.[\w-]+\.so",
-        r"libtbb\.so[.\d]*",
-        "numba's optional TBB threading layer; without TBB numba uses its OpenMP or workqueue layer",
-    ),
-]
+# elf_rules.toml: the libraries that may miss a dependency by design, and the sgl-kernel libraries that hold no
+# sm_120 SASS by design, each with its reason.
+_RULES = tomllib.loads(Path(__file__).with_name("elf_rules.toml").read_text(encoding="utf-8"))
+OPTIONAL_DEPENDENCIES = [(r["library"], r["missing"], r["reason"]) for r in _RULES["optional_dependency"]]
+SGL_KERNEL_NOT_FOR_SM120 = [(r["library"], r["reason"]) for r in _RULES["not_for_sm120"]]
 
 
 @dataclass
@@ -198,8 +163,7 @@ def classify(unresolved_by_file: dict[str, list[str]], elf_files: Iterable[str],
     design (OPTIONAL_DEPENDENCIES); anything else is broken."""
     by_package: dict[str, set[str]] = {}
     for path in elf_files:
-        root = _package_root(path, site)
-        if root is not None:
+        if (root := _package_root(path, site)) is not None:
             by_package.setdefault(root, set()).add(Path(path).name)
     result = Resolution()
     for path, names in unresolved_by_file.items():
@@ -219,32 +183,6 @@ def classify(unresolved_by_file: dict[str, list[str]], elf_files: Iterable[str],
 
 # A prebuilt kernel wheel's facts (`build.py track add`): the CUDA libraries it links, the toolkit its cubins
 # were compiled with, which libraries verify holds to sm_120.
-
-# Libraries of the sgl-kernel wheel that hold no sm_120 SASS by design, with the reason (pattern on the library's
-# path in site-packages, as `library_name` gives it). verify applies them only when a library indeed lacks it: a
-# build that compiles them for sm_120a is checked like the rest, and any other library without sm_120a fails.
-SGL_KERNEL_NOT_FOR_SM120 = [
-    (
-        r"sgl_kernel/flash_ops",
-        "FlashAttention-3 (Hopper-only: sm_80/86/90a); SGLang refuses the fa3 attention backend on sm_120 "
-        "('FlashAttention v3 Backend requires SM>=80 and SM<=90', srt/layers/attention/attention_registry.py)",
-    ),
-    (
-        r"sgl_kernel/flashmla_ops",
-        "FlashMLA (sm_90a/sm_100a kernels); on sm_120 SGLang's MLA attention defaults to the triton backend, "
-        "so only an explicit --attention-backend flashmla would need it (and fail)",
-    ),
-    (
-        r"deep_gemm/.*",
-        "DeepGEMM's host library: no device code of its own, it compiles kernels at run time (on the 0.5.9 track "
-        "it rejects sm_120 and the runtime rule no-jit-deepgemm turns its JIT off)",
-    ),
-    (
-        r"(lib/)?_?mscclpp.*",
-        "MSCCL++ (bundled with the wheel; SASS sm_80/sm_90 plus PTX the driver can JIT for sm_120), used only "
-        "with --enable-mscclpp, which is off by default and not set by the entrypoint",
-    ),
-]
 
 
 def not_for_sm120(library: str) -> str | None:

@@ -1,57 +1,42 @@
 """The sm_120 personas (sm120/verify/personas.toml): what torch answers inside the image during the start-up check.
-
-`load()` reads and validates the file (every answer has a value and a source; unknown keys are errors), and
-`Persona.answers(devices)` is what the in-image probe (sm120/verify/startup_probe.py) receives: the values only,
-plus the number of cards. The probe answers from that and from nothing else.
+`load()` validates the file (every answer has a value and a source; unknown keys are errors); the in-image probe
+(startup_probe.py) receives `Persona.answers(devices)`, the values only, and answers from nothing else.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError
 
 from sm120.errors import UsageError
+from sm120.plan import tomllib
 from sm120.plan.config import Strict
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 PERSONAS = Path(__file__).with_name("personas.toml")
 MIB = 1 << 20
+T = TypeVar("T")
 
 
-class _Sourced(Strict):
+class Sourced(Strict, Generic[T]):
+    value: T
     source: str = Field(min_length=10)
 
 
-class Text(_Sourced):
-    value: str = Field(min_length=1)
+def _sm120(value: list[int]) -> list[int]:
+    if value[0] != 12:
+        raise ValueError(f"{value} is not an sm_120-family capability (12, x)")
+    return value
 
 
-class Count(_Sourced):
-    value: int = Field(ge=1)
-
-
-class Capability(_Sourced):
-    value: list[int] = Field(min_length=2, max_length=2)  # (major, minor)
-
-    @field_validator("value")
-    @classmethod
-    def _sm120(cls, value: list[int]) -> list[int]:
-        if value[0] != 12:
-            raise ValueError(f"{value} is not an sm_120-family capability (12, x)")
-        return value
+Count = Sourced[Annotated[int, Field(ge=1)]]
 
 
 class Persona(Strict):
     summary: str
-    name: Text
-    capability: Capability
+    name: Sourced[Annotated[str, Field(min_length=1)]]
+    capability: Sourced[Annotated[list[int], Field(min_length=2, max_length=2), AfterValidator(_sm120)]]  # major, minor
     multi_processor_count: Count
     total_memory_mib: Count
     free_memory_mib: Count
@@ -91,14 +76,11 @@ class Personas(Strict):
 def load(path: Path | None = None) -> Personas:
     path = path or PERSONAS
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        personas = Personas.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{path}: {exc}") from None
-    try:
-        personas = Personas.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise UsageError(f"{path.name}: {where}: {err['msg']}") from None
+        raise UsageError(f"{path.name}: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
     personas.get(personas.default)
     return personas

@@ -1,19 +1,17 @@
-"""What a `verify` run found: the report the suite writes (JSON), the table the command prints, the failed checks.
-
-The suite (sm120/verify/suite/conftest.py) records facts as its checks measure them (versions imported in the image's
-Python, SASS archs per kernel library, warnings) and writes them to $SM120_VERIFY_REPORT at the end; facts a
-failed check never reached are absent and print as `?`.
-"""
+"""What a `verify` run found: the report the suite writes ($SM120_VERIFY_REPORT, JSON: the facts its checks measured;
+one a failed check never reached prints as `?`), the table the command prints, the failed checks."""
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from tabulate import tabulate
+
+from sm120.plan.prebuilt import census
 
 # The decision table: (row, setting). `draft attention` is the draft's own setting, else what it inherits.
 DECISION_ROWS: tuple[tuple[str, str], ...] = (
@@ -47,31 +45,26 @@ DECISION_ROWS: tuple[tuple[str, str], ...] = (
 PACKAGES = ("torch", "sglang", "sgl_kernel", "flashinfer", "flash_attn")
 
 
-@dataclass
-class Report:
+class Report(BaseModel):
     image: str = ""
     image_id: str = ""
     size: int = 0
     profile: str = ""
     python: str = ""
-    expected: dict[str, str] = field(default_factory=dict)  # import name -> label version
-    found: dict[str, str] = field(default_factory=dict)  # import name -> version in the image
-    kernels: list[dict[str, Any]] = field(default_factory=list)  # {library, archs, required, extra, ...}
-    warnings: list[str] = field(default_factory=list)
+    expected: dict[str, str] = {}  # import name -> label version
+    found: dict[str, str] = {}  # import name -> version in the image
+    kernels: list[dict[str, Any]] = []  # {library, archs, required, extra, ...}
+    warnings: list[str] = []
     # The start-up check (T2.5): persona, cuDNN, per case (family/mode) SGLang's decisions or its refusal.
-    startup: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=1, sort_keys=True)
+    startup: dict[str, Any] = {}
+    flashinfer: dict[str, Any] = {}  # the image's plan's flashinfer_prebuilt
 
     @classmethod
     def load(cls, path: Path) -> Report | None:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            return cls.model_validate_json(path.read_text())
+        except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
             return None
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
 
 
 def human_size(n: int) -> str:
@@ -109,6 +102,8 @@ def table(report: Report) -> str:
         rows += ["", "kernel library SASS archs: ? (the kernel checks did not run)"]
     if report.startup:
         rows += ["", *decision_table(report.startup)]
+    if report.startup and report.flashinfer:
+        rows += ["", *census_table(report.startup.get("decisions") or {}, report.flashinfer)]
     return "\n".join(rows)
 
 
@@ -137,6 +132,27 @@ def decision_table(startup: dict[str, Any]) -> list[str]:
     for case, why in sorted(refused.items()):
         rows += [f"{case}: SGLang refused to start: {part[:300]}" for part in why.split(" || ")]
     return rows
+
+
+def census_table(decided: dict[str, dict[str, Any]], prebuilt: dict[str, Any]) -> list[str]:
+    """The FlashInfer modules a first start builds (sm120/plan/flashinfer_census.toml), per start-up case where
+    SGLang's decisions above choose them, and whether the image holds each prebuilt."""
+    rows = [f"FlashInfer {prebuilt.get('flashinfer', '?')} modules a first start builds on sm_120 (census)"]
+    if prebuilt.get("note"):
+        return [*rows, f"  {prebuilt['note']}"]
+    built = {m["name"] for m in prebuilt.get("modules", [])}
+    body = []
+    for module in census()["modules"]:
+        cases = [
+            case
+            for case, decisions in sorted(decided.items())
+            if case.split("/")[-1] in module["modes"]
+            and any(case.split("/")[0].startswith(f) for f in module["families"])
+            and all(decisions.get(key) in values for key, values in module.get("decided_by", {}).items())
+        ]
+        if cases:
+            body.append([module["name"], "prebuilt" if module["name"] in built else "compiles", ", ".join(cases)])
+    return rows + (_plain(body, ["module", "in the image", "needed by"]) if body else ["  none needed"])
 
 
 @dataclass(frozen=True)

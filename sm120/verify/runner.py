@@ -1,11 +1,9 @@
 """Run the image suite (sm120/verify/suite/) against one image, print what it found, and leave nothing running.
 
-pytest runs with SM120_IMAGE=TAG in a process group of its own; the containers it starts carry this run's label and
-are removed by its fixtures, and again here afterwards whatever happened (a failed check, Ctrl-C, SIGTERM, a crash).
-SIGINT and SIGTERM are handled here explicitly (SIGINT too: a verify started in the background of a script, where it
-is ignored, still stops on it) as KeyboardInterrupt (exit 130) and Terminated (143); pytest's group gets SIGINT once
-(it tears its fixtures down) and is killed after GRACE_S. Removing the containers is never cut short by another
-signal (a third one leaves at once).
+pytest runs with SM120_IMAGE=TAG in a process group of its own; the run's labelled containers are removed by its
+fixtures, and again here whatever happened. SIGINT (also where a script's background left it ignored) and SIGTERM
+raise KeyboardInterrupt (exit 130) and Terminated (143); pytest's group gets SIGINT once (its teardown) and is killed
+after GRACE_S. Removing the containers is never cut short by another signal (a third one leaves at once).
 """
 
 from __future__ import annotations
@@ -16,12 +14,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from sm120.errors import CheckFailed, Terminated, UsageError
+from sm120.errors import SIGNALS, CheckFailed, UsageError, stop_on_signals
 from sm120.plan import image_plan, labels
 from sm120.verify import docker_env, report
 
@@ -29,59 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SUITE = Path(__file__).resolve().parent / "suite"  # the checks, shipped with build.py
 GRACE_S = 10.0  # how long pytest may take to tear its containers down after Ctrl-C before it is killed
 SETTLE_S = 3.0  # after an interruption: how long no container of the run may appear before cleanup ends
-HELD_SIGNALS = 3  # while a held step runs (containers being removed), the signal that leaves at once
-
-
-def _interruption(signum: int) -> KeyboardInterrupt:
-    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-
-class _Signals:
-    """The handler of SIGINT and SIGTERM while verify runs: raise in the main thread at once, or, inside `held()`,
-    keep the signal and raise it when the block ends (a block that must not be left half done: containers being
-    removed, pytest being started); the HELD_SIGNALS-th signal while held is raised at once."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.pending: list[int] = []
-
-    def handle(self, signum: int, frame: Any) -> None:
-        if self.depth and len(self.pending) < HELD_SIGNALS - 1:
-            self.pending.append(signum)
-            return
-        self.pending.clear()
-        raise _interruption(signum)
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        self.depth += 1
-        signum = None
-        try:
-            yield
-        finally:
-            self.depth -= 1
-            if not self.depth and self.pending:
-                signum = self.pending[0]
-                self.pending.clear()
-        if signum is not None:
-            raise _interruption(signum)
-
-
-SIGNALS = _Signals()
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM handled by SIGNALS while the block runs (in the main thread; elsewhere nothing changes)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {signum: signal.signal(signum, SIGNALS.handle) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def preflight(tag: str) -> tuple[Any, docker_env.ImageInfo]:
@@ -89,7 +33,7 @@ def preflight(tag: str) -> tuple[Any, docker_env.ImageInfo]:
     try:
         engine = docker_env.client()
         info = docker_env.inspect(engine, tag)
-    except (docker_env.DockerUnavailable, docker_env.NoSuchImage) as exc:
+    except docker_env.DockerUnavailable as exc:
         raise UsageError(str(exc)) from None
     absent = labels.missing(info.labels)
     if absent:
@@ -123,10 +67,8 @@ def run(
     junit: Path | None = None,
     select: str | None = None,
     verbose: bool = False,
-    out: TextIO | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> int:
-    out = out or sys.stdout
     with stop_on_signals():
         engine, _info = preflight(tag)
         run_id = docker_env.new_run_id()
@@ -134,38 +76,32 @@ def run(
             junit_path = (junit or Path(scratch) / "junit.xml").resolve()
             junit_path.parent.mkdir(parents=True, exist_ok=True)
             report_path = Path(scratch) / "report.json"
-            env = {
-                **os.environ,
-                **(extra_env or {}),
-                "SM120_IMAGE": tag,
-                "SM120_VERIFY_RUN": run_id,
-                "SM120_VERIFY_REPORT": str(report_path),
-                "PYTHONDONTWRITEBYTECODE": "1",
-            }
+            env = {**os.environ, **(extra_env or {}), "SM120_IMAGE": tag, "SM120_VERIFY_RUN": run_id}
+            env.update(SM120_VERIFY_REPORT=str(report_path), PYTHONDONTWRITEBYTECODE="1")
             interrupted = True
             try:
                 status = _run_pytest(_pytest_command(junit_path, select, verbose), env)
                 interrupted = status == 2
             finally:
-                _remove_run(engine, run_id, interrupted, out)
-            return _conclude(status, report.Report.load(report_path), report.junit_outcome(junit_path), out)
+                _remove_run(engine, run_id, interrupted)
+            return _conclude(status, report.Report.load(report_path), report.junit_outcome(junit_path))
 
 
-def _remove_run(engine: Any, run_id: str, interrupted: bool, out: TextIO) -> None:
+def _remove_run(engine: Any, run_id: str, interrupted: bool) -> None:
     """Remove what is left of the run's containers; another Ctrl-C waits for this (a third one leaves at once)."""
     with SIGNALS.held():
         left = docker_env.remove_run(engine, run_id, settle_s=SETTLE_S if interrupted else 0.0)
         if left:
-            print(f"verify: removed {len(left)} container(s) the suite left behind: {', '.join(left)}", file=out)
+            print(f"verify: removed {len(left)} container(s) the suite left behind: {', '.join(left)}")
         stuck = [(c.get("Names") or [c["Id"]])[0].lstrip("/") for c in docker_env.run_containers(engine, run_id)]
         if stuck:
             print(f"verify: could not remove {', '.join(stuck)}: remove them with docker rm -f", file=sys.stderr)
 
 
 def _run_pytest(cmd: Sequence[str], env: dict[str, str] | None) -> int:
-    """pytest, until it ends, in a process group of its own: Ctrl-C (which reaches the terminal's foreground group,
-    this process) and SIGTERM (this process only) are passed on once, as SIGINT, to its whole group (pytest and the
-    docker CLIs it runs); what is left of the group after GRACE_S is killed (at once on another Ctrl-C)."""
+    """pytest, until it ends, in a process group of its own: Ctrl-C (sent to the terminal's foreground group, this
+    process) and SIGTERM (this process only) are passed on once, as SIGINT, to its whole group (pytest and its
+    docker CLIs); what is left of the group after GRACE_S is killed (at once on another Ctrl-C)."""
     proc = None
     try:
         with SIGNALS.held():  # a signal while it starts is raised once `proc` is known
@@ -198,14 +134,13 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _conclude(status: int, found: report.Report | None, outcome: report.Outcome | None, out: TextIO) -> int:
+def _conclude(status: int, found: report.Report | None, outcome: report.Outcome | None) -> int:
     if status == 2:  # pytest: interrupted
         raise KeyboardInterrupt
     if found is not None:
-        print("", file=out)
-        print(report.table(found), file=out)
+        print(f"\n{report.table(found)}")
         if found.warnings:
-            print(f"{len(found.warnings)} warning(s): see the suite's summary above", file=out)
+            print(f"{len(found.warnings)} warning(s): see the suite's summary above")
     if status == 0:
         return 0
     if status == 1 and outcome is not None and outcome.failed:

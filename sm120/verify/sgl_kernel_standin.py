@@ -4,8 +4,7 @@
 before any Python of interest runs. The code the T1 tests and verify's suite exercise (EAGLE-3 delegation, the
 symmetric-memory size tables) never calls a kernel, so mock modules are enough to import it; never for serving (a
 call into a stand-in kernel returns a `MagicMock`). Standard library only: loaded by path into another interpreter
-before the first `import sglang` (`sm120.verify.behaviour.SNIPPET_PRELUDE` does it: spec_from_file_location, then
-`install()`).
+before the first `import sglang` (`sm120.verify.behaviour.SNIPPET_PRELUDE`).
 """
 
 from __future__ import annotations
@@ -17,14 +16,12 @@ import types
 from collections.abc import Iterable, Sequence
 from unittest import mock
 
-# Top-level packages replaced by default: the kernel library under both its import name and nothing else.
-DEFAULT_STUBBED = ("sgl_kernel",)
-
 
 class StubModule(types.ModuleType):
     """A module whose every missing attribute is a MagicMock (so `from sgl_kernel import x` works)."""
 
     __stub__ = True
+    __version__ = "0.0.0+stub"
 
     def __getattr__(self, name: str) -> object:
         if name.startswith("__") and name.endswith("__"):
@@ -34,18 +31,8 @@ class StubModule(types.ModuleType):
         return value
 
 
-class _StubLoader(importlib.abc.Loader):
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = StubModule(spec.name)
-        module.__path__ = []  # a package: submodules (sgl_kernel.flash_attn, ...) resolve through the finder too
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        module.__version__ = "0.0.0+stub"  # type: ignore[attr-defined]
-
-
-class StubFinder(importlib.abc.MetaPathFinder):
-    """Meta-path finder that answers for the named top-level packages and all their submodules."""
+class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds and loads the named top-level packages and all their submodules as StubModules."""
 
     def __init__(self, names: Iterable[str]) -> None:
         self.names = tuple(names)
@@ -60,10 +47,18 @@ class StubFinder(importlib.abc.MetaPathFinder):
         if not self._covers(fullname):
             return None
         self.imported.append(fullname)
-        return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = StubModule(spec.name)
+        module.__path__ = []  # a package: submodules (sgl_kernel.flash_attn, ...) resolve through the finder too
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
 
 
-def install(names: Iterable[str] = DEFAULT_STUBBED) -> StubFinder:
+def install(names: Iterable[str] = ("sgl_kernel",)) -> StubFinder:
     """Put a StubFinder first on sys.meta_path (so it wins over an installed but unloadable package)."""
     finder = StubFinder(names)
     for name in list(sys.modules):

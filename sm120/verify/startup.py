@@ -1,16 +1,16 @@
-"""The host side of the start-up check (tier T2.5, sm120/verify/suite/test_startup.py): the model configs it writes, the
-decisions it reads back from SGLang, the sm_120 traps it holds them against, and the kernel-library failures.
-
-The in-image side is startup_probe.py (copied into the container, run by the image's Python). Everything here
-is plain data in, plain data out, so it is unit-tested without an image (tests/unit/test_startup.py).
-"""
+"""The host side of the start-up check (T2.5, sm120/verify/suite/test_startup.py): the model configs it writes,
+the decisions it reads back from SGLang (from startup_probe.py, run in the image), the sm_120 traps it holds them
+against, and the kernel-library failures. Plain data in and out: unit-tested without an image (tests/unit/)."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sm120.image.entrypoint.models import EAGLE3_MARK as EAGLE3_MARK
@@ -41,164 +41,28 @@ START_UP_MODULES = (
 )
 
 
-# Model directories (config.json only: the fields SGLang's model config reads; no weights)
-
-_DEEPSEEK_V3_TEXT: dict[str, Any] = {
-    "architectures": ["DeepseekV3ForCausalLM"],
-    "model_type": "deepseek_v3",
-    "attention_bias": False,
-    "attention_dropout": 0.0,
-    "bos_token_id": 0,
-    "eos_token_id": 1,
-    "first_k_dense_replace": 3,
-    "hidden_act": "silu",
-    "hidden_size": 7168,
-    "initializer_range": 0.02,
-    "intermediate_size": 18432,
-    "kv_lora_rank": 512,
-    "max_position_embeddings": 163840,
-    "moe_intermediate_size": 2048,
-    "moe_layer_freq": 1,
-    "n_group": 8,
-    "n_routed_experts": 256,
-    "n_shared_experts": 1,
-    "norm_topk_prob": True,
-    "num_attention_heads": 128,
-    "num_experts_per_tok": 8,
-    "num_hidden_layers": 61,
-    "num_key_value_heads": 128,
-    "num_nextn_predict_layers": 1,
-    "q_lora_rank": 1536,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "rms_norm_eps": 1e-06,
-    "rope_scaling": {
-        "beta_fast": 32,
-        "beta_slow": 1,
-        "factor": 40,
-        "mscale": 1.0,
-        "mscale_all_dim": 1.0,
-        "original_max_position_embeddings": 4096,
-        "type": "yarn",
-    },
-    "rope_theta": 10000,
-    "routed_scaling_factor": 2.5,
-    "scoring_func": "sigmoid",
-    "tie_word_embeddings": False,
-    "topk_group": 4,
-    "topk_method": "noaux_tc",
-    "torch_dtype": "bfloat16",
-    "use_cache": True,
-    "v_head_dim": 128,
-    "vocab_size": 129280,
-}
+# Model directories, config files only (the fields SGLang's model config reads; no weights). startup_models.json:
+# deepseek-v3 is deepseek-ai/DeepSeek-V3's config.json (FP8 block-wise weights, as published); kimi-k25-nvfp4 a
+# Kimi-K2.5 NVFP4 checkpoint's config.json and hf_quant_config.json (ModelOpt export: NVFP4 experts, BF16 attention
+# and vision tower), the fields SGLang's KimiK25Config and ModelOpt parsing read. Its one-layer EAGLE-3 drafters take
+# the target's hidden size and vocab (`from_target`): llama as SpecForge writes them; mla (Eagle3DeepseekV2ForCausalLM,
+# SGLang >= 0.5.12, e.g. lightseekorg's kimi-k2.5-eagle3-mla) also the target's attention shape, the fields
+# srt/models/kimi_k25_eagle3.py and SGLang's model config read, written from SGLang's reader (no published
+# checkpoint is reachable here).
+_MODELS = json.loads(Path(__file__).with_name("startup_models.json").read_text())
+TARGETS: dict[str, dict[str, dict[str, Any]]] = _MODELS["targets"]
 
 
-def deepseek_v3() -> dict[str, dict[str, Any]]:
-    """deepseek-ai/DeepSeek-V3's config.json (FP8 block-wise weights, as published)."""
-    config = dict(_DEEPSEEK_V3_TEXT)
-    config["quantization_config"] = {
-        "activation_scheme": "dynamic",
-        "fmt": "e4m3",
-        "quant_method": "fp8",
-        "weight_block_size": [128, 128],
-    }
-    return {"config.json": config}
-
-
-_NVFP4_EXCLUDE = ["lm_head", "*.mlp.gate", "*self_attn*", "vision_tower*", "mm_projector*"]
-
-
-def kimi_k25_nvfp4() -> dict[str, dict[str, Any]]:
-    """A Kimi-K2.5 NVFP4 checkpoint's config.json and hf_quant_config.json (ModelOpt export: NVFP4 experts,
-    BF16 attention and vision tower), the fields SGLang's KimiK25Config and ModelOpt parsing read."""
-    text = dict(_DEEPSEEK_V3_TEXT)
-    text.update(
-        model_type="kimi_k2",
-        bos_token_id=163584,
-        eos_token_id=163585,
-        first_k_dense_replace=1,
-        max_position_embeddings=262144,
-        n_group=1,
-        n_routed_experts=384,
-        num_attention_heads=64,
-        num_key_value_heads=64,
-        num_nextn_predict_layers=0,
-        rms_norm_eps=1e-05,
-        rope_scaling={
-            "beta_fast": 1.0,
-            "beta_slow": 1.0,
-            "factor": 64.0,
-            "mscale": 1.0,
-            "mscale_all_dim": 1.0,
-            "original_max_position_embeddings": 4096,
-            "type": "yarn",
-        },
-        rope_theta=50000.0,
-        routed_scaling_factor=2.827,
-        topk_group=1,
-        vocab_size=163840,
-    )
-    quant = {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16, "exclude_modules": _NVFP4_EXCLUDE}
-    config = {
-        "architectures": ["KimiK25ForConditionalGeneration"],
-        "model_type": "kimi_k25",
-        "media_placeholder_token_id": 163605,
-        "pad_token_id": 163839,
-        "torch_dtype": "bfloat16",
-        "text_config": text,
-        "vision_config": {
-            "patch_size": 14,
-            "init_pos_emb_height": 64,
-            "init_pos_emb_width": 64,
-            "init_pos_emb_time": 4,
-            "pos_emb_type": "divided_fixed",
-            "num_attention_heads": 16,
-            "num_hidden_layers": 27,
-            "hidden_size": 1152,
-            "intermediate_size": 4304,
-            "merge_kernel_size": [2, 2],
-            "video_attn_type": "spatial_temporal",
-            "merge_type": "sd2_tpool",
-            "mm_projector_type": "patchmerger",
-            "mm_hidden_size": 1152,
-            "projector_hidden_act": "gelu",
-            "projector_ln_eps": 1e-05,
-            "text_hidden_size": 7168,
-        },
-        "quantization_config": {"quant_method": "modelopt", **quant},
-    }
-    hf_quant = {"producer": {"name": "modelopt", "version": "0.37.0"}, "quantization": quant}
-    return {"config.json": config, "hf_quant_config.json": hf_quant}
-
-
-def _drafter(target: Mapping[str, Any], architecture: str, model_type: str, **fields: Any) -> dict[str, dict[str, Any]]:
-    """A one-layer EAGLE-3 drafter's config.json: `fields`, then what every drafter here shares."""
-    layers = int(target["num_hidden_layers"])
+def _drafter(kind: str, target_text: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """An EAGLE-3 drafter's config.json for a target (the text config of its config.json)."""
+    spec, layers = _MODELS["drafters"][kind], int(target_text["num_hidden_layers"])
     aux = {"eagle_aux_hidden_state_layer_ids": [1, layers // 2 - 1, layers - 4], "use_aux_hidden_state": True}
-    config = {"architectures": [architecture], "model_type": model_type, **fields, "eagle_config": aux}
-    config.update(intermediate_size=18432, hidden_act="silu", num_hidden_layers=1, draft_vocab_size=32000)
-    config.update(tie_word_embeddings=False, torch_dtype="bfloat16")
-    return {"config.json": config}
+    config = {**spec["config"], **{key: target_text[key] for key in spec["from_target"]}, "eagle_config": aux}
+    return {"config.json": {**config, **_MODELS["drafters"]["shared"]}}
 
 
-def eagle3_drafter(target_text: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """A Llama EAGLE-3 drafter for a target (SpecForge's layout): the target's hidden size and vocab."""
-    fields = {k: target_text[k] for k in ("hidden_size", "vocab_size", "max_position_embeddings", "rope_theta")}
-    fields.update(num_attention_heads=64, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-05)
-    return _drafter(target_text, "LlamaForCausalLMEagle3", "llama", **fields)
-
-
-def eagle3_mla_drafter(target_text: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """An MLA EAGLE-3 drafter (Eagle3DeepseekV2ForCausalLM, SGLang >= 0.5.12; e.g. lightseekorg's
-    kimi-k2.5-eagle3-mla): the fields srt/models/kimi_k25_eagle3.py and SGLang's model config read for it, the target's
-    attention shape, hidden size and vocab. Written from SGLang's reader, not copied from a published checkpoint (none
-    is reachable here)."""
-    mla = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-    shape = ("hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size", "rms_norm_eps")
-    rope = ("max_position_embeddings", "rope_theta", "rope_scaling")
-    fields = {key: target_text[key] for key in (*mla, *shape, *rope)}
-    return _drafter(target_text, "Eagle3DeepseekV2ForCausalLM", "deepseek_v3", **fields)
+eagle3_drafter = functools.partial(_drafter, "llama")
+eagle3_mla_drafter = functools.partial(_drafter, "mla")
 
 
 @dataclass(frozen=True)
@@ -223,11 +87,11 @@ class Family:
 
 
 FAMILIES = (
-    Family("kimi-k25-nvfp4", kimi_k25_nvfp4()),
-    Family("deepseek-v3", deepseek_v3()),
+    Family("kimi-k25-nvfp4", TARGETS["kimi-k25-nvfp4"]),
+    Family("deepseek-v3", TARGETS["deepseek-v3"]),
     # Upstream's Kimi-K2.5 recipe drafts with an MLA drafter (sgl-project/sglang PR #27714); the published
     # sm_120 EAGLE-3 gains (Kimi-K2.6, 8x RTX PRO 6000) use that kind. Tracks whose SGLang lacks the class refuse it.
-    Family("kimi-k25-nvfp4-mla", kimi_k25_nvfp4(), eagle3_mla_drafter, True),
+    Family("kimi-k25-nvfp4-mla", TARGETS["kimi-k25-nvfp4"], eagle3_mla_drafter, True),
 )
 
 
@@ -258,11 +122,8 @@ _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 def split_command(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """`VAR=v ... /opt/venv/bin/python3 -m sglang.launch_server ARGS` (the last line of `--dry-run`) -> (env, ARGS)."""
-    env: dict[str, str] = {}
-    rest = list(argv)
-    while rest and _ENV.match(rest[0]):
-        key, value = rest.pop(0).split("=", 1)
-        env[key] = value
+    pairs = list(itertools.takewhile(_ENV.match, argv))
+    env, rest = dict(pair.split("=", 1) for pair in pairs), list(argv[len(pairs) :])
     if rest[1:3] != ["-m", "sglang.launch_server"] or not rest[0].rpartition("/")[2].startswith("python"):
         raise ValueError(f"not an SGLang launch command: {' '.join(argv)[:200]}")
     return env, rest[3:]
@@ -275,15 +136,14 @@ def option_value(args: Sequence[str], option: str) -> str | None:
 
 def decisions(case: Mapping[str, Any]) -> dict[str, Any]:
     """What SGLang decided for one case: its settings, the scheduler's runners, DeepGEMM, and derived rows."""
-    settings = dict(case.get("settings") or {})
+    settings, runners = case.get("settings") or {}, case.get("runners") or {}
     out: dict[str, Any] = dict(settings)
-    for key, value in (case.get("runners") or {}).items():
+    for key, value in runners.items():
         if key == "load_error":
             out["quant_config"] = f"refused: {value.get('type')}"
         elif key not in ("error", "draft_model"):
             out[key] = value
-    for key, value in (case.get("deep_gemm") or {}).items():
-        out[f"deep_gemm.{key}"] = value
+    out.update({f"deep_gemm.{key}": value for key, value in (case.get("deep_gemm") or {}).items()})
     attention = settings.get("attention_backend")
     prefill = settings.get("prefill_attention_backend") or attention
     decode = settings.get("decode_attention_backend") or attention
@@ -291,11 +151,9 @@ def decisions(case: Mapping[str, Any]) -> dict[str, Any]:
         out["prefill_decode_attention"] = f"{prefill} / {decode}"
     if settings.get("speculative_algorithm"):
         out["speculative_draft_attention_backend"] = settings.get("speculative_draft_attention_backend") or decode
-        steps, topk, tokens = (
-            settings.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
-        )
-        out["speculative"] = f"{settings['speculative_algorithm']} {steps}/{topk}/{tokens}"
-        draft = (case.get("runners") or {}).get("draft_model")
+        sizes = (str(settings.get(f"speculative_{k}")) for k in ("num_steps", "eagle_topk", "num_draft_tokens"))
+        out["speculative"] = f"{settings['speculative_algorithm']} {'/'.join(sizes)}"
+        draft = runners.get("draft_model")
         if isinstance(draft, dict) and "attention_arch" in draft:
             out["draft_model"] = f"{draft.get('architecture')} ({draft['attention_arch']})"
             out["draft_attention"] = draft["attention_arch"]
@@ -305,9 +163,8 @@ def decisions(case: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(graphs, dict):  # 0.5.2x: one record per phase (backend full/breakable/disabled, max_bs, bs)
         out["cuda_graph"] = "; ".join(f"{name} {_graphs(graphs.get(name) or {})}" for name in ("decode", "prefill"))
     elif "disable_cuda_graph" in settings:  # 0.5.9: one switch, cuda_graph_max_bs and cuda_graph_bs
-        off = settings["disable_cuda_graph"]
-        bs, max_bs = settings.get("cuda_graph_bs"), settings.get("cuda_graph_max_bs")
-        out["cuda_graph"] = _graphs({"backend": "disabled"} if off else {"max_bs": max_bs, "bs": bs})
+        phase = {"max_bs": settings.get("cuda_graph_max_bs"), "bs": settings.get("cuda_graph_bs")}
+        out["cuda_graph"] = _graphs({"backend": "disabled"} if settings["disable_cuda_graph"] else phase)
     return out
 
 
@@ -349,11 +206,8 @@ def trap_hits(traps: Iterable[Sm120Trap], version: str, cases: Mapping[str, Mapp
 
 def kernel_library(failure: Mapping[str, Any]) -> str | None:
     """The kernel library an import failure comes from (its missing module, its statement or its message)."""
-    for text in (failure.get("missing"), failure.get("statement"), failure.get("message")):
-        for lib in KERNEL_LIBRARIES:
-            if text and re.search(rf"\b{lib}\b", str(text)):
-                return lib
-    return None
+    texts = [str(t) for t in (failure.get("missing"), failure.get("statement"), failure.get("message")) if t]
+    return next((lib for text in texts for lib in KERNEL_LIBRARIES if re.search(rf"\b{lib}\b", text)), None)
 
 
 def describe_failure(failure: Mapping[str, Any]) -> str:

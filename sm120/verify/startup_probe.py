@@ -1,27 +1,23 @@
-"""SGLang's real start-up path on an sm_120 persona, run INSIDE the image (T2.5; sm120/verify/suite/test_startup.py).
+"""SGLang's real start-up path on an sm_120 persona, run INSIDE the image by its Python, as its user, without a GPU
+(the T2.5 check, sm120/verify/suite/test_startup.py; docs/verification.md). Standard library only, plus the image's
+torch, SGLang and entrypoint package. `python startup_probe.py JOB.json` prints one `SM120-JSON {...}` line.
 
-Copied into a container and run by the image's Python as the image's user, without a GPU: `python startup_probe.py
-JOB.json` prints one `SM120-JSON {...}` line, what SGLang did and decided. Standard library only, plus the image's
-torch, SGLang and entrypoint package (to read the model files as the entrypoint does). JOB.json: {"persona": {...},
-"workdir", "entrypoint_root", "env", "tasks": ["registry", "server_args"], "modules", "cases": [{"id", "env", "argv"}]}.
-
-Before SGLang is imported: the CUDA driver stub is linked as WORKDIR/lib/libcuda.so.1 (on LD_LIBRARY_PATH: the
-process re-executes itself once), so that kernel libraries linked against the driver load; a stand-in `nvidia-smi`
-first on PATH answers `--query-gpu=memory.total|name|compute_cap` from the persona (anything else exits 9, logged);
-torch.cuda's device queries answer from the persona (each question counted; a device property it has no value for
-stops the check, naming it); every torch.cuda entry point that would initialise CUDA, allocate or launch work raises
-PersonaBoundary (a BaseException: no `except Exception` in SGLang swallows it) naming the call and the SGLang line,
-recorded even if something swallows it.
+Before SGLang is imported the driver stub is linked as WORKDIR/lib/libcuda.so.1 (LD_LIBRARY_PATH is read at
+start: the process re-executes itself once) and a stand-in nvidia-smi goes first on PATH; torch.cuda's device
+queries answer from the persona, and every call that would initialise CUDA, allocate or launch raises
+PersonaBoundary: a BaseException, so no `except Exception` in SGLang swallows it (and it is recorded anyway).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
 import json
 import logging
+import logging.handlers
 import os
 import re
 import subprocess
@@ -80,31 +76,31 @@ BOUNDARIES: list[dict[str, str]] = []
 ASKED: collections.Counter[str] = collections.Counter()
 
 
-def _where(frame: Any) -> tuple[str, str]:
-    """(the first SGLang frame outward from `frame`, the immediate caller), as `path:line (function)`."""
-    caller, sglang = None, None
-    while frame is not None:
-        code = frame.f_code
-        text = f"{_short(code.co_filename)}:{frame.f_lineno} ({code.co_name})"
-        if caller is None:
-            caller = text
-        if "/sglang/" in code.co_filename and "startup_probe" not in code.co_filename:
-            sglang = text
-            break
-        frame = frame.f_back
-    return sglang or "no SGLang frame", caller or "?"
+def _in_sglang(path: str) -> bool:
+    return "/sglang/" in path and "startup_probe" not in path
 
 
 def _short(path: str) -> str:
-    marker = "site-packages/"
-    return path.split(marker, 1)[1] if marker in path else path
+    return path.rpartition("site-packages/")[2]
+
+
+def _at(frame: traceback.FrameSummary) -> str:
+    return f"{_short(frame.filename)}:{frame.lineno} ({frame.name})"
+
+
+def _oneline(text: object, limit: int) -> str:
+    return " ".join(ANSI.sub("", str(text)).split())[:limit]
 
 
 def boundary(call: str) -> PersonaBoundary:
-    sglang, caller = _where(sys._getframe(2))
-    message = f"{call} would need a real GPU; reached from {sglang}" + (f" via {caller}" if caller != sglang else "")
+    """The exception for a guarded call, recorded with the first SGLang frame outward and the immediate caller."""
+    stack = traceback.extract_stack(sys._getframe(2))[::-1]
+    sglang = next((_at(f) for f in stack if _in_sglang(f.filename)), "no SGLang frame")
+    caller = _at(stack[0]) if stack else "?"
     BOUNDARIES.append({"call": call, "sglang_frame": sglang, "caller": caller})
-    return PersonaBoundary(message)
+    return PersonaBoundary(
+        f"{call} would need a real GPU; reached from {sglang}" + (f" via {caller}" if caller != sglang else "")
+    )
 
 
 # Staging: the driver stub and nvidia-smi, then re-execute with them on the search paths.
@@ -134,7 +130,7 @@ for _ in range(persona["devices"]):
 # The driver stub's entry points do nothing (they are for linking); the persona's libcuda.so.1 is the stub's
 # entry points plus the two answers a library asks the driver for before any device work: cuInit succeeds and
 # cuDriverGetVersion reports the persona's driver (CUTLASS DSL, imported by SGLang >= 0.5.16, picks its CUDA
-# toolkit flavour from it at import). Every other entry point stays the stub's no-op.
+# toolkit flavour from it at import). Without a compiler in the image, the stub is linked as it is.
 PERSONA_DRIVER_C = """
 int cuInit(unsigned int flags) { (void)flags; return 0; }
 int cuDriverGetVersion(int *version) { if (!version) return 1; *version = %d; return 0; }
@@ -142,23 +138,14 @@ int cuDriverGetVersion(int *version) { if (!version) return 1; *version = %d; re
 
 
 def persona_driver(stub: Path, out: Path, persona: dict[str, Any]) -> None:
-    """Build the persona's libcuda.so.1 (the stub's symbols + PERSONA_DRIVER_C) with the image's compiler;
-    without a compiler, link the stub as it is."""
-    answered = {"cuInit", "cuDriverGetVersion"}
     try:
-        symbols = subprocess.run(
-            ["nm", "-D", "--defined-only", str(stub)], capture_output=True, text=True, check=True
-        ).stdout.split()
-        names = sorted({w for w in symbols if w.startswith("cu") and w.isidentifier()} - answered)
+        symbols = subprocess.run(["nm", "-D", "--defined-only", str(stub)], capture_output=True, text=True, check=True)
+        names = {w for w in symbols.stdout.split() if w.startswith("cu") and w.isidentifier()}
         source = out.parent / "libcuda-persona.c"
-        source.write_text(
-            "".join(f"void {n}(void) {{}}\n" for n in names) + PERSONA_DRIVER_C % persona["driver_cuda_version"]
-        )
-        subprocess.run(
-            ["g++", "-x", "c", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(out), str(source)],
-            capture_output=True,
-            check=True,
-        )
+        stubs = "".join(f"void {n}(void) {{}}\n" for n in sorted(names - {"cuInit", "cuDriverGetVersion"}))
+        source.write_text(stubs + PERSONA_DRIVER_C % persona["driver_cuda_version"])
+        compile_c = ["g++", "-x", "c", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(out), str(source)]
+        subprocess.run(compile_c, capture_output=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         out.unlink(missing_ok=True)
         out.symlink_to(stub)
@@ -166,8 +153,8 @@ def persona_driver(stub: Path, out: Path, persona: dict[str, Any]) -> None:
 
 def stage(job_file: Path, job: dict[str, Any]) -> None:
     work = Path(job["workdir"])
-    (work / "bin").mkdir(parents=True, exist_ok=True)
-    (work / "lib").mkdir(parents=True, exist_ok=True)
+    for sub in ("bin", "lib"):
+        (work / sub).mkdir(parents=True, exist_ok=True)
     stub = next((s for s in STUBS if Path(s).is_file()), None)
     if stub is None:
         emit({"error": f"no CUDA driver stub in the image (looked at {', '.join(STUBS)})"})
@@ -219,25 +206,20 @@ def install(persona: dict[str, Any]) -> None:
 
     cuda = torch.cuda
     props = DeviceProperties(persona)
-    devices = persona["devices"]
 
-    def index(device: Any) -> int:
-        if device is None:
-            return 0
+    def index(device: Any) -> None:
+        """A device the persona does not have is refused (as torch refuses it), not counted."""
         if isinstance(device, str):
             device = torch.device(device)
         if isinstance(device, torch.device):
             if device.type != "cuda":
                 raise ValueError(f"Expected a cuda device, but got: {device}")
-            return 0 if device.index is None else device.index
-        idx = int(device)
-        if not 0 <= idx < devices:
+        elif device is not None and not 0 <= int(device) < persona["devices"]:
             raise AssertionError("Invalid device id")
-        return idx
 
     answers = {
         "is_available": True,
-        "device_count": devices,
+        "device_count": persona["devices"],
         "current_device": 0,
         "get_device_name": props.name,
         "get_device_capability": (props.major, props.minor),
@@ -247,31 +229,26 @@ def install(persona: dict[str, Any]) -> None:
     for name, value in answers.items():
 
         def answer(device: Any = None, _name: str = name, _value: Any = value) -> Any:
-            index(device)  # a device the persona does not have is refused, not counted
+            index(device)
             ASKED[_name] += 1
             return _value
 
         answer.__name__ = answer.__qualname__ = name
         setattr(cuda, name, answer)
 
-    def guard(name: str) -> Any:
+    def guard(call: str) -> Any:
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            raise boundary(f"torch.cuda.{name}")
+            raise boundary(call)
 
-        guarded.__name__ = name
         return guarded
 
     for name in GUARDED:
         if hasattr(cuda, name):
-            setattr(cuda, name, guard(name))
+            setattr(cuda, name, guard(f"torch.cuda.{name}"))
     for name in GUARDED_CLASSES:
         klass = getattr(cuda, name, None)
         if isinstance(klass, type):
-
-            def new(cls: type, *args: Any, _name: str = name, **kwargs: Any) -> Any:
-                raise boundary(f"torch.cuda.{_name}()")
-
-            klass.__new__ = new  # type: ignore[method-assign]
+            klass.__new__ = staticmethod(guard(f"torch.cuda.{name}()"))  # type: ignore[method-assign,assignment]
 
 
 # What SGLang did
@@ -280,17 +257,16 @@ def install(persona: dict[str, Any]) -> None:
 def failure(exc: BaseException) -> dict[str, Any]:
     """An exception as data: type, one-line message, the innermost SGLang frame, and for an import failure the
     innermost SGLang module whose top-level code raised, with its line (the import statement)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    sglang = [f for f in frames if "/sglang/" in f.filename and "startup_probe" not in f.filename]
-    module_level = [f for f in sglang if f.name == "<module>"]
-    innermost = module_level[-1] if module_level else None
+    sglang = [f for f in traceback.extract_tb(exc.__traceback__) if _in_sglang(f.filename)]
     out: dict[str, Any] = {
         "type": type(exc).__name__,
-        "message": " ".join(ANSI.sub("", str(exc)).split())[:1500],
-        "sglang_frame": f"{_short(sglang[-1].filename)}:{sglang[-1].lineno} ({sglang[-1].name})" if sglang else None,
-        "missing": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
+        "message": _oneline(exc, 1500),
+        "sglang_frame": _at(sglang[-1]) if sglang else None,
+        "missing": exc.name if isinstance(exc, ImportError) else None,
     }
-    if innermost is not None:
+    module_level = [f for f in sglang if f.name == "<module>"]
+    if module_level:
+        innermost = module_level[-1]
         out["module"] = _short(innermost.filename).removesuffix(".py").removesuffix("/__init__").replace("/", ".")
         out["line"] = innermost.lineno
         out["statement"] = (innermost.line or "").strip()
@@ -314,35 +290,20 @@ def platform_flags() -> dict[str, Any]:
     return out
 
 
-def kernels_loaded() -> dict[str, str]:
-    loaded = {name: mod for name in KERNEL_PACKAGES if (mod := sys.modules.get(name)) is not None}
-    return {name: str(getattr(m, "__version__", "") or getattr(m, "__file__", "") or "") for name, m in loaded.items()}
-
-
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.name}: {' '.join(ANSI.sub('', record.getMessage()).split())[:600]}")
-
-
 def task_registry(job: dict[str, Any]) -> dict[str, Any]:
-    handler = Records()
+    handler = logging.handlers.BufferingHandler(1 << 30)  # the registry's warnings (it logs what it drops)
+    handler.setLevel(logging.WARNING)
     logging.getLogger().addHandler(handler)
-    out: dict[str, Any] = {"platform": platform_flags()}
+    out: dict[str, Any] = {"platform": platform_flags(), "dropped": {}, "modules": {}}
     try:
         from sglang.srt.models.registry import ModelRegistry
 
-        archs = sorted(ModelRegistry.get_supported_archs())
-        out["archs"] = archs
+        out["archs"] = sorted(ModelRegistry.get_supported_archs())
     except BaseException as exc:
         out["error"] = failure(exc)
-        archs = []
+    warnings = [f"{r.name}: {_oneline(r.getMessage(), 600)}" for r in handler.buffer]
     ignored = re.compile(r"Ignore import error when loading (sglang\.srt\.models\.[\w.]+): (.*)")
-    dropped = dict(m.groups() for line in handler.lines if (m := ignored.search(line)))
-    out["dropped"] = {}
+    dropped = dict(m.groups() for line in warnings if (m := ignored.search(line)))
     for module in sorted(dropped):  # import again, apart, for the traceback the registry's warning leaves out
         try:
             importlib.import_module(module)
@@ -355,9 +316,12 @@ def task_registry(job: dict[str, Any]) -> dict[str, Any]:
     from sm120.image.entrypoint import sglang_source
 
     installed = sglang_source.locate()
-    out["entry_classes"] = _entry_classes(installed, dropped) if installed else {}
+    out["entry_classes"] = {}  # module -> the classes its EntryClass names (from the source: it did not import)
+    for module in dropped if installed else ():
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.origin and (names := installed.entry_classes(Path(spec.origin))):
+            out["entry_classes"][module] = names
     out["eagle3_in_source"] = installed.registered_like(entrypoint_models.EAGLE3_MARK) if installed else []
-    out["modules"] = {}
     for module in job.get("modules", []):  # start-up modules beyond the models (item: kernel libraries)
         try:
             importlib.import_module(module)
@@ -366,20 +330,13 @@ def task_registry(job: dict[str, Any]) -> dict[str, Any]:
             out["modules"][module] = None if exc.name == module else failure(exc)
         except BaseException as exc:
             out["modules"][module] = failure(exc)
-    out["kernels"] = kernels_loaded()
-    out["warnings"] = handler.lines[-50:]
+    loaded = {name: module for name in KERNEL_PACKAGES if (module := sys.modules.get(name)) is not None}
+    out["kernels"] = {
+        n: str(getattr(m, "__version__", "") or getattr(m, "__file__", "") or "") for n, m in loaded.items()
+    }
+    out["warnings"] = [f"{r.name}: {_oneline(r.getMessage(), 600)}" for r in handler.buffer][-50:]
     logging.getLogger().removeHandler(handler)
     return out
-
-
-def _entry_classes(installed: Any, modules: dict[str, str]) -> dict[str, list[str]]:
-    """module -> the class names its EntryClass names (read from the source: the module did not import)."""
-    out = {}
-    for module in modules:
-        spec = importlib.util.find_spec(module)
-        if spec is not None and spec.origin:
-            out[module] = installed.entry_classes(Path(spec.origin))
-    return {module: names for module, names in out.items() if names}
 
 
 def _json_tree(value: Any) -> bool:
@@ -396,18 +353,14 @@ def settings(server_args: Any) -> dict[str, Any]:
     msgspec Structs) serialise it themselves (`resolved_dict`, what /server_info reports); 0.5.9's ServerArgs is a
     dataclass whose post-init has decided. Anything else yields nothing (the suite then says which traps read
     nothing)."""
+    values = {}
     if hasattr(server_args, "resolve_once"):
         server_args.resolve_once()
         values = server_args.resolved_dict()
     elif dataclasses.is_dataclass(server_args):
-        values = {}
         for field in dataclasses.fields(server_args):
-            try:
+            with contextlib.suppress(BaseException):  # a field that cannot be resolved is left out
                 values[field.name] = getattr(server_args, field.name)
-            except BaseException:  # a field that cannot be resolved is left out
-                continue
-    else:
-        values = {}
     return {k: v for k, v in values.items() if _json_tree(v)}
 
 
@@ -431,31 +384,28 @@ def task_server_args(job: dict[str, Any]) -> dict[str, Any]:
         except BaseException as exc:  # SGLang's own refusal is the finding
             rec["error"] = failure(exc)
         if "settings" in rec:
+            # What the server does with the settings before it starts its scheduler processes, in its order
+            # (entrypoints/engine.py _launch_subprocesses): the environment and version checks, then
+            # check_server_args() (the cuDNN gate of 0.5.9 is there).
             try:
-                launch_checks(server_args)
+                engine = importlib.import_module("sglang.srt.entrypoints.engine")
+                if (set_envs := getattr(engine, "_set_envs_and_config", None)) is not None:
+                    set_envs(server_args)
+                if (check := getattr(server_args, "check_server_args", None)) is not None:
+                    check()
             except BaseException as exc:  # refused after deciding: the decisions are still reported
                 rec["error"] = failure(exc)
             rec["runners"] = runners(server_args)
-            draft = rec["settings"].get("speculative_draft_model_path")
-            if draft:
+            if draft := rec["settings"].get("speculative_draft_model_path"):
                 rec["runners"]["draft_model"] = draft_model(server_args, draft)
         rec["boundaries"] = BOUNDARIES[before:]
         out["cases"][case["id"]] = rec
-    out["deep_gemm"] = _deep_gemm()
+    try:  # SGLang's DeepGEMM decision (module-level, from SGLANG_ENABLE_JIT_DEEPGEMM and the device)
+        configurer = vars(importlib.import_module("sglang.srt.layers.deep_gemm_wrapper.configurer"))
+        out["deep_gemm"] = {k: v for k, v in configurer.items() if k.isupper() and isinstance(v, (bool, int, str))}
+    except BaseException as exc:
+        out["deep_gemm"] = {"error": failure(exc)}
     return out
-
-
-def launch_checks(server_args: Any) -> None:
-    """What the server does with the settings before it starts its scheduler processes, in its order
-    (entrypoints/engine.py _launch_subprocesses): the environment and version checks, then check_server_args()
-    (the cuDNN gate of 0.5.9 is there)."""
-    engine = importlib.import_module("sglang.srt.entrypoints.engine")
-    set_envs = getattr(engine, "_set_envs_and_config", None)
-    if set_envs is not None:
-        set_envs(server_args)
-    check = getattr(server_args, "check_server_args", None)
-    if check is not None:
-        check()
 
 
 def runners(server_args: Any) -> dict[str, Any]:
@@ -467,14 +417,12 @@ def runners(server_args: Any) -> dict[str, Any]:
         from sglang.srt.configs.model_config import ModelConfig
         from sglang.srt.managers.scheduler import Scheduler
 
-        setter = None
-        for name in ("set_global_server_args_for_scheduler", "set_global_server_args"):
-            setter = setter or getattr(importlib.import_module("sglang.srt.server_args"), name, None)
-        if setter is not None:
+        module = importlib.import_module("sglang.srt.server_args")
+        setter = getattr(module, "set_global_server_args_for_scheduler", None)
+        if (setter := setter or getattr(module, "set_global_server_args", None)) is not None:
             setter(server_args)
         model_config = ModelConfig.from_server_args(server_args)
-        holder = types.SimpleNamespace(server_args=server_args, model_config=model_config)
-        Scheduler.init_moe_gemm_config(holder)
+        Scheduler.init_moe_gemm_config(types.SimpleNamespace(server_args=server_args, model_config=model_config))
     except BaseException as exc:
         return {"error": failure(exc)}
     out: dict[str, Any] = {"quantization": getattr(model_config, "quantization", None)}
@@ -508,23 +456,13 @@ def draft_model(server_args: Any, path: str) -> dict[str, Any]:
         config = ModelConfig.from_server_args(server_args, model_path=path, is_draft_model=True)
     except BaseException as exc:
         return {"error": failure(exc)}
-    archs = getattr(config.hf_config, "architectures", None) or ["?"]
     arch = getattr(config, "attention_arch", None)
     return {
-        "architecture": archs[0],
+        "architecture": (getattr(config.hf_config, "architectures", None) or ["?"])[0],
         "attention_arch": getattr(arch, "name", str(arch)),
         "head_dim": getattr(config, "head_dim", None),
         "kv_lora_rank": getattr(config, "kv_lora_rank", None),
     }
-
-
-def _deep_gemm() -> dict[str, Any]:
-    """SGLang's DeepGEMM decision (module-level, from SGLANG_ENABLE_JIT_DEEPGEMM and the device)."""
-    try:
-        configurer = importlib.import_module("sglang.srt.layers.deep_gemm_wrapper.configurer")
-    except BaseException as exc:
-        return {"error": failure(exc)}
-    return {k: v for k, v in vars(configurer).items() if k.isupper() and isinstance(v, (bool, int, str))}
 
 
 def emit(obj: Any) -> None:
@@ -544,15 +482,13 @@ def audit(site: str, globs: list[str]) -> None:
     from importlib.machinery import EXTENSION_SUFFIXES
 
     prefix = site.rstrip("/") + "/"
-    seen: set[tuple[str, str]] = set()
 
     def note(event: str, what: str) -> None:
-        if (event, what) not in seen and len(AUDIT) < 200:
-            seen.add((event, what))
+        if {"event": event, "what": what} not in AUDIT and len(AUDIT) < 200:
             AUDIT.append({"event": event, "what": what})
 
-    def left_out(path: str) -> bool:
-        if not path.startswith(prefix):
+    def left_out(path: Any) -> bool:
+        if not isinstance(path, str) or not (path := os.path.abspath(path)).startswith(prefix):
             return False
         rel = path[len(prefix) :]
         return any(fnmatch.fnmatchcase(rel, g) or fnmatch.fnmatchcase(rel, g + "/*") for g in globs)
@@ -561,35 +497,28 @@ def audit(site: str, globs: list[str]) -> None:
         # CPython raises "import" before it looks for the module, with no file name: a module whose file was left
         # out is never found (ModuleNotFoundError, which a try/except may swallow), so its would-be paths are matched.
         base = prefix + name.replace(".", "/")
-        for path in (base, base + ".py", base + "/__init__.py", *(base + s for s in EXTENSION_SUFFIXES)):
-            if left_out(path):
-                return path[len(prefix) :]
-        return None
-
-    def program(args: tuple) -> str | None:
-        # subprocess.Popen (executable, args, cwd, env); os.exec/os.posix_spawn (path, argv, env)
-        first = args[0] if args and args[0] else (args[1][0] if len(args) > 1 and args[1] else None)
-        return os.path.abspath(os.fsdecode(first)) if isinstance(first, (str, bytes)) else None
+        paths = (base, base + ".py", base + "/__init__.py", *(base + s for s in EXTENSION_SUFFIXES))
+        return next((path[len(prefix) :] for path in paths if left_out(path)), None)
 
     def hook(event: str, args: tuple) -> None:
         try:
-            if event == "open" and isinstance(args[0], str) and left_out(os.path.abspath(args[0])):
-                note("open", args[0])
-            elif event == "import" and args[1] and isinstance(args[1], str) and left_out(args[1]):
+            if event in ("open", "ctypes.dlopen") and left_out(args[0]):
+                note("open" if event == "open" else "dlopen", args[0])
+            elif event == "import" and left_out(args[1]):
                 note("import", f"{args[0]} from {args[1]}")
             elif event == "import" and isinstance(args[0], str) and (path := module_left_out(args[0])):
                 note("import", f"{args[0]} (left out: {path})")
-            elif event == "ctypes.dlopen" and isinstance(args[0], str) and left_out(os.path.abspath(args[0])):
-                note("dlopen", args[0])
-            elif event in ("subprocess.Popen", "os.exec", "os.posix_spawn") and (path := program(args)):
-                if left_out(path):
-                    note("run", path)
+            elif event in ("subprocess.Popen", "os.exec", "os.posix_spawn"):
+                # subprocess.Popen (executable, args, cwd, env); os.exec/os.posix_spawn (path, argv, env)
+                program = os.path.abspath(os.fsdecode(args[0] or args[1][0]))
+                if left_out(program):
+                    note("run", program)
             elif event == "socket.connect" and isinstance(args[1], tuple) and args[1]:
                 host = str(args[1][0])
                 try:
                     outside = not ipaddress.ip_address(host).is_loopback
                 except ValueError:
-                    outside = host not in ("localhost",)
+                    outside = host != "localhost"
                 if outside:
                     note("connect", f"{host}:{args[1][1] if len(args[1]) > 1 else ''}")
         except Exception:  # an audit hook must never break what it watches

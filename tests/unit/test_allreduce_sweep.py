@@ -208,16 +208,16 @@ class StandInMachine:
 
 def test_the_plan_defaults_to_every_gpu_down_to_a_supported_world_size():
     p = machine.plan(cli.parse([]), StandInMachine([RTX] * 8))
-    assert (p.world_size, p.answered, p.builtin) == (8, 12, 8 * MiB)
+    assert (p.world_size, p.answered_capability, p.builtin_limit) == (8, 12, 8 * MiB)
     p = machine.plan(cli.parse([]), StandInMachine([RTX] * 3))
     assert (p.world_size, p.gpus) == (2, [RTX, RTX])
     p = machine.plan(cli.parse(["--tp", "4"]), StandInMachine([RTX] * 8))
-    assert (p.world_size, p.builtin) == (4, 16 * MiB)
+    assert (p.world_size, p.builtin_limit) == (4, 16 * MiB)
 
 
 def test_capability_answered_as_12_takes_the_sm120_table():
     p = machine.plan(cli.parse(["--capability", "12"]), StandInMachine([H200] * 2, cap=(9, 0)))
-    assert (p.capability, p.answered, p.builtin) == ((9, 0), 12, 16 * MiB)
+    assert (p.capability, p.answered_capability, p.builtin_limit) == ((9, 0), 12, 16 * MiB)
 
 
 @pytest.mark.parametrize(

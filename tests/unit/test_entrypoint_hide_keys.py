@@ -1,13 +1,14 @@
-"""sm120/image/entrypoint/hide_keys.py: the keys leave no JSON answer of SGLang's app (/server_info holds ServerArgs
-and the launch command), however the body is split; streams and other content pass untouched. T2 checks that the
-launcher installs it on the image's real SGLang app (sm120/verify/suite/test_entrypoint.py, a real start)."""
+"""sm120/image/entrypoint/_with_api_key.py's HideKeys: the keys leave no JSON answer of SGLang's app (/server_info
+holds ServerArgs and the launch command), however the body is split; streams and other content pass untouched. T2
+checks that the launcher installs it on the image's real SGLang app (sm120/verify/suite/test_entrypoint.py, a real
+start)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
-from sm120.image.entrypoint.hide_keys import HideKeys
+from sm120.image.entrypoint._with_api_key import HideKeys
 
 K, R = "api-KEY-0123456789._~+/=-", "admin-key-R-nobody-knows"
 

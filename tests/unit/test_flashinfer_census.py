@@ -1,4 +1,4 @@
-"""T0: the FlashInfer first-start census (benchmarks/flashinfer_census.toml) is complete data, and the parts of
+"""T0: the FlashInfer first-start census (sm120/plan/flashinfer_census.toml) is complete data, and the parts of
 benchmarks/flashinfer_census.py that run without FlashInfer (reading the census, ninja's log, the pack's rules)
 do what docs/first-start/README.md says. The builds themselves run on a machine with nvcc (the H200 lender)."""
 

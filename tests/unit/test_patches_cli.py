@@ -261,7 +261,7 @@ FAKE_RELEASES = {
 
 @pytest.fixture
 def offline_pypi(monkeypatch, tmp_path: Path):
-    monkeypatch.setattr(pypi, "all_releases", lambda: FAKE_RELEASES)
+    monkeypatch.setitem(pypi._RELEASES, pypi.PACKAGE, FAKE_RELEASES)
     monkeypatch.setenv("SGLANG_SM120_CACHE", str(tmp_path / "cache"))
 
 

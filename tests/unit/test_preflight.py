@@ -117,11 +117,6 @@ def test_free_bytes_measures_a_real_directory_and_none_for_a_missing_one(tmp_pat
     assert preflight.free_bytes(str(tmp_path / "not-here")) is None
 
 
-def test_engine_facts_reads_docker_info():
-    facts = preflight.engine_facts({"DockerRootDir": "/var/lib/docker", "MemTotal": 8 * GIB, "NCPU": 4, "x": 1})
-    assert facts == preflight.Engine("/var/lib/docker", 8 * GIB, 4)
-
-
 def test_a_profile_without_builder_needs_is_a_usage_error(tmp_path, capsys):
     text = (ROOT / "build.toml").read_text()
     start = text.index("[builder.offline]")

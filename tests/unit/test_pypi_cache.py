@@ -79,7 +79,7 @@ class Index:
 def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Index]:
     served = Index()
     monkeypatch.setattr(pypi, "INDEX", served.url)
-    monkeypatch.setattr(pypi, "_RELEASES", None)
+    monkeypatch.setattr(pypi, "_RELEASES", {})
     monkeypatch.setenv("SGLANG_SM120_CACHE", str(tmp_path / "cache"))
     yield served
     served.server.shutdown()

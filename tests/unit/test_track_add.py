@@ -45,7 +45,7 @@ PATCH_STATUSES = {"kimi-k25-eagle3-delegation": "already upstream", "torch-symm-
 
 
 class Recorded:
-    """track_facts.Sources over the recordings; each test edits a copy (`files`, `text`, `libraries`)."""
+    """track_facts.PyPISources' reads over the recordings; each test edits a copy (`files`, `text`, `libraries`)."""
 
     def __init__(self) -> None:
         self.files: dict[str, dict[str, list[dict[str, Any]]]] = json.loads((DATA / "pypi.json").read_text())

@@ -1,16 +1,14 @@
-"""`python3 -m sm120.image.allreduce [OPTIONS]` (in the image: `IMAGE allreduce-sweep [OPTIONS]`): the order of it all.
-
-arguments (cli) -> what the machine offers (machine) -> one process per GPU (launch, worker) -> the table,
-the crossover and the limit to set (report). Exit status: 0 done; 1 the machine cannot run it, or a sum
-differs; 2 a mistake in the request. Errors are one line on stderr (at most three), never a traceback.
-"""
+"""`python3 -m sm120.image.allreduce [OPTIONS]` (in the image: `IMAGE allreduce-sweep [OPTIONS]`). Errors are one line
+on stderr (at most three), never a traceback."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from . import cli, errors, launch, machine, report
@@ -20,7 +18,7 @@ from .report import ENV, Row
 
 def _path_line(plan: machine.Plan, path: str) -> str:
     """Which kernel SGLang's communicator ran (worker.symm_mem_path), and why."""
-    where = f"capability {plan.answered}, world size {plan.world_size}"
+    where = f"capability {plan.answered_capability}, world size {plan.world_size}"
     if path == report.MULTIMEM:
         return (
             f"path: multimem (multimem_all_reduce_ over NVLink multicast: SGLang selects it at {where}), not two-shot; "
@@ -31,11 +29,11 @@ def _path_line(plan: machine.Plan, path: str) -> str:
     return f"path: {path}"
 
 
-def _header(options: cli.Options, plan: machine.Plan, log: list[str], path: str = report.TWO_SHOT) -> list[str]:
+def _header(options: argparse.Namespace, plan: machine.Plan, log: list[str], path: str) -> list[str]:
     cap = f"{plan.capability[0]}.{plan.capability[1]}"
-    told = f"; the communicator was told {plan.answered}" if plan.answered != plan.capability[0] else ""
-    names = sorted(set(plan.gpus))
-    gpus = f"{plan.world_size} x {names[0]}" if len(names) == 1 else ", ".join(plan.gpus)
+    answered = plan.answered_capability
+    told = f"; the communicator was told {answered}" if answered != plan.capability[0] else ""
+    gpus = f"{plan.world_size} x {plan.gpus[0]}" if len(set(plan.gpus)) == 1 else ", ".join(plan.gpus)
     lines = [
         f"all-reduce sweep: SGLang {plan.sglang}'s TorchSymmMemCommunicator against NCCL, bf16, TP {plan.world_size}, "
         + ("inside CUDA graphs" if options.cuda_graph else "eager"),
@@ -57,7 +55,7 @@ def _header(options: cli.Options, plan: machine.Plan, log: list[str], path: str 
 def run(
     argv: list[str],
     *,
-    make_machine: Callable[[], machine.Machine] = machine.TorchMachine,
+    make_machine: Callable[[], machine.TorchMachine] = machine.TorchMachine,
     launcher: Callable[[dict[str, Any], float], list[dict[str, Any]]] = launch.run,
 ) -> int:
     options = cli.parse(argv)
@@ -67,42 +65,21 @@ def run(
         f"{report.human(options.sizes[0])} to {report.human(options.sizes[-1])}, starting {plan.world_size} ranks\n"
     )
     sys.stderr.flush()
-    results = launcher(
-        {
-            "world_size": plan.world_size,
-            "sizes": options.sizes,
-            "repeats": options.repeats,
-            "warmup": options.warmup,
-            "cuda_graph": options.cuda_graph,
-            "capability": options.capability,
-        },
-        options.timeout,
-    )
-    first = results[0]
-    rows = [Row(**r) for r in first["rows"]]
+    fields = ("sizes", "repeats", "warmup", "cuda_graph", "capability")
+    job = {"world_size": plan.world_size, **{name: getattr(options, name) for name in fields}}
+    results = launcher(job, options.timeout)
+    rows, log = [Row(**r) for r in results[0]["rows"]], results[0].get("log", [])
     path = report.path_of(rows)
-    advice = report.advise(rows, plan.world_size, plan.builtin)
-    out = [*_header(options, plan, first.get("log", []), path), "", report.table(rows), ""]
+    advice = report.advise(rows, plan.world_size, plan.builtin_limit)
+    out = [*_header(options, plan, log, path), "", report.table(rows), ""]
     bad = [r for r in rows if not r.sums_ok]
     if bad:
         out.append(f"SUMS DIFFER at {', '.join(report.human(r.size) for r in bad)}: {path}'s sum is not NCCL's")
     else:
         out += advice.lines
-    sys.stdout.write("\n".join(out) + "\n")
-    sys.stdout.flush()
+    print("\n".join(out), flush=True)
     if options.json is not None:
-        meta = {
-            "sglang": plan.sglang,
-            "world_size": plan.world_size,
-            "gpus": plan.gpus,
-            "capability": list(plan.capability),
-            "answered_capability": plan.answered,
-            "builtin_limit": plan.builtin,
-            "cuda_graph": options.cuda_graph,
-            "repeats": options.repeats,
-            "warmup": options.warmup,
-            "log": first.get("log", []),
-        }
+        meta = {**asdict(plan), **{name: job[name] for name in ("cuda_graph", "repeats", "warmup")}, "log": log}
         try:
             options.json.write_text(json.dumps(report.as_json(meta, rows, advice), indent=2) + "\n")
         except OSError as exc:

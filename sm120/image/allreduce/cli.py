@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -27,46 +26,25 @@ examples:
   docker run --rm --gpus '"device=0,1"' --ipc=host IMAGE allreduce-sweep --sizes 16K,64K,1M,8M"""
 
 
-@dataclass(frozen=True)
-class Options:
-    tp: int | None  # None: every visible GPU, down to a world size the communicator supports
-    sizes: list[int]
-    repeats: int
-    warmup: int
-    cuda_graph: bool
-    capability: int | None  # answered to the communicator instead of the GPU's own (tests of the sm_120 path)
-    json: Path | None
-    timeout: float
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse's own: usage + message; ours: one line, exit 2
         raise errors.usage(f"{message} (see allreduce-sweep --help)")
 
 
-def _integer(low: int, high: int):
-    def parse(text: str) -> int:
-        if not re.fullmatch(r"[0-9]{1,7}", text) or not low <= int(text) <= high:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {low} to {high}")
-        return int(text)
+def _number(low: int, high: int, what: str = "a whole number", form: str = r"[0-9]{1,7}", cast: type = int):
+    def parse(text: str) -> int | float:
+        if not re.fullmatch(form, text) or not low <= cast(text) <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} from {low} to {high}")
+        return cast(text)
 
     return parse
 
 
-def _seconds(text: str) -> float:
-    if not re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,3})?", text) or not 10 <= float(text) <= 86400:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 10 to 86400")
-    return float(text)
+_seconds = _number(10, 86400, "a number of seconds", r"[0-9]{1,6}(\.[0-9]{1,3})?", float)
 
 
-def _sizes(text: str) -> list[int]:
-    try:
-        return sizes.parse_sizes(text)
-    except sizes.SizeError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def parser() -> argparse.ArgumentParser:
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The options; --tp None: every visible GPU, down to a world size the communicator supports."""
     p = _Parser(
         prog="allreduce-sweep",
         description=DESCRIPTION,
@@ -74,17 +52,17 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
-    p.add_argument("--tp", type=_integer(2, 64), help="ranks (GPUs) to sweep with (default: every visible GPU)")
+    p.add_argument("--tp", type=_number(2, 64), help="ranks (GPUs) to sweep with (default: every visible GPU)")
     p.add_argument(
         "--sizes",
-        type=_sizes,
+        type=sizes.parse_sizes,
         default=sizes.parse_sizes(sizes.DEFAULT_RANGE),
         metavar="LIST",
         help=f"message sizes: comma-separated, each {sizes.FORM}, or a range A..B of doublings "
         f"(default {sizes.DEFAULT_RANGE}; {sizes.human(sizes.SIZE_MIN)} to {sizes.human(sizes.SIZE_MAX)})",
     )
-    p.add_argument("--repeats", type=_integer(3, 1000), default=20, help="timed repeats per size (median; default 20)")
-    p.add_argument("--warmup", type=_integer(0, 1000), default=5, help="untimed repeats before them (default 5)")
+    p.add_argument("--repeats", type=_number(3, 1000), default=20, help="timed repeats per size (median; default 20)")
+    p.add_argument("--warmup", type=_number(0, 1000), default=5, help="untimed repeats before them (default 5)")
     p.add_argument(
         "--cuda-graph",
         action="store_true",
@@ -92,29 +70,16 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--capability",
-        type=_integer(1, 99),
+        type=_number(1, 99),
         metavar="MAJOR",
         help="answer the communicator's capability question with MAJOR (12: SGLang's sm_120 size table and "
         "two-shot path on other GPUs; the timings are then those GPUs', not sm_120's)",
     )
     p.add_argument("--json", type=Path, metavar="FILE", help="also write every figure to FILE (JSON)")
     p.add_argument("--timeout", type=_seconds, default=900.0, metavar="S", help="stop the ranks after S seconds")
-    return p
-
-
-def parse(argv: list[str]) -> Options:
-    ns = parser().parse_args(argv)
+    ns = p.parse_args(argv)
     if ns.json is not None and (ns.json.is_dir() or not ns.json.parent.is_dir()):
         raise errors.usage(f"--json {str(ns.json)!r}: not a file in an existing directory")
     if ns.json is not None and not os.access(ns.json if ns.json.exists() else ns.json.parent, os.W_OK):
         raise errors.usage(f"--json {str(ns.json)!r}: cannot be written (no permission, or a read-only mount)")
-    return Options(
-        tp=ns.tp,
-        sizes=ns.sizes,
-        repeats=ns.repeats,
-        warmup=ns.warmup,
-        cuda_graph=ns.cuda_graph,
-        capability=ns.capability,
-        json=ns.json,
-        timeout=ns.timeout,
-    )
+    return ns

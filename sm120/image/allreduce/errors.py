@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from sm120.image.entrypoint.errors import one_line  # the image holds both packages (standard library only)
 
 PROG = "allreduce-sweep"
@@ -21,9 +23,5 @@ class SweepError(Exception):
         return "".join([f"{PROG}: error: {first}\n", *(f"  {line}\n" for line in rest)])
 
 
-def usage(message: str, *details: str) -> SweepError:
-    return SweepError(message, *details, exit_code=2)
-
-
-def machine(message: str, *details: str) -> SweepError:
-    return SweepError(message, *details, exit_code=1)
+usage = functools.partial(SweepError, exit_code=2)
+machine = functools.partial(SweepError, exit_code=1)

@@ -1,8 +1,6 @@
-"""One process per GPU (torch.multiprocessing, spawn), a deadline, and the ranks' results read back.
-
-Each rank writes its result to a file (worker.main); a rank that fails writes its error there, and the others,
-left waiting in a collective, are stopped after a short grace. A rank killed by a signal (a rendezvous between
-GPUs without P2P can die of SIGFPE) or a sweep past its deadline is one line too.
+"""One process per GPU (torch.multiprocessing, spawn), a deadline, and the ranks' result files read back. Once a
+rank has written an error, the others (left waiting in a collective) are stopped after a short grace. A rank killed
+by a signal (a rendezvous between GPUs without P2P can die of SIGFPE) is one line too.
 """
 
 from __future__ import annotations
@@ -46,20 +44,16 @@ def run(job_fields: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
         try:
             while not _join(context):
                 now = time.monotonic()
-                if failed_at is None and _any_error(Path(results), job.world_size):
+                if failed_at is None and any(r and "error" in r for r in _read(Path(results), job.world_size)):
                     failed_at = now
                 if failed_at is not None and now - failed_at > GRACE_S:
                     break  # the others wait in a collective for the failed one: stop them
                 if now > deadline:
-                    _stop(context)
                     raise errors.machine(
                         f"the ranks did not finish within {timeout:.0f} s (stopped; a hang in NCCL or in the "
                         "symmetric-memory rendezvous?); --timeout gives them longer"
                     )
-        except KeyboardInterrupt:
-            _stop(context)
-            raise
-        finally:
+        finally:  # the deadline, a failed rank, Ctrl-C
             _stop(context)
         return _collect(Path(results), job.world_size)
 
@@ -79,18 +73,14 @@ def _join(context: Any) -> bool:
         raise errors.machine(f"a rank failed: {last[0]}") from None
 
 
-def _any_error(results: Path, world_size: int) -> bool:
-    for rank in range(world_size):
-        path = results / f"rank{rank}.json"
-        if path.is_file() and "error" in json.loads(path.read_text()):
-            return True
-    return False
+def _read(results: Path, world_size: int) -> list[dict[str, Any] | None]:
+    files = [results / f"rank{rank}.json" for rank in range(world_size)]
+    return [json.loads(path.read_text()) if path.is_file() else None for path in files]
 
 
 def _stop(context: Any) -> None:
     for process in context.processes:
-        if process.is_alive():
-            process.terminate()
+        process.terminate()  # a no-op on one that has ended
     for process in context.processes:
         process.join(5)
         if process.is_alive():
@@ -99,13 +89,8 @@ def _stop(context: Any) -> None:
 
 
 def _collect(results: Path, world_size: int) -> list[dict[str, Any]]:
-    out = []
-    for rank in range(world_size):
-        path = results / f"rank{rank}.json"
-        if not path.is_file():
-            out.append({"error": f"rank {rank} ended without a result (stopped after another rank failed?)"})
-            continue
-        out.append(json.loads(path.read_text()))
+    missing = "ended without a result (stopped after another rank failed?)"
+    out = [r if r is not None else {"error": f"rank {i} {missing}"} for i, r in enumerate(_read(results, world_size))]
     failed = [(r.get("at", float("inf")), rank, r["error"]) for rank, r in enumerate(out) if "error" in r]
     if failed:
         _, rank, message = min(failed)  # the first to fail: the others lost their peer

@@ -1,40 +1,29 @@
-"""What the machine offers, asked before any rank starts, and the request checked against it.
-
-`Machine` is what torch (and the installed SGLang) answer; `TorchMachine` asks them. `plan()` turns the request
-and the answers into the world size and the communicator's capability, or one line: exit 2 for a mistake in the
-request (a TP larger than the GPUs, a TP the communicator has no limit for), 1 for what the machine cannot do
-(no GPU, one GPU, no P2P between two of the GPUs, no SGLang communicator to measure).
+"""What the machine offers (`TorchMachine`: torch's and the installed SGLang's answers), asked before any rank starts,
+and the request checked against it (`plan`): exit 2 for a mistake in the request, 1 for what the machine cannot do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import argparse
+import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from . import errors
-from .cli import Options
-
-
-class Machine(Protocol):
-    def gpus(self) -> list[str]: ...  # the visible GPUs' names, in CUDA's order
-    def capability(self, index: int) -> tuple[int, int]: ...
-    def can_access_peer(self, a: int, b: int) -> bool: ...
-    def limits(self) -> Mapping[int, Mapping[int, int]]: ...  # SGLang's size table: capability -> ws -> bytes
-    def sglang_version(self) -> str: ...
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan:  # its fields' names are the JSON's (--json)
+    sglang: str
     world_size: int
     gpus: list[str]  # of the ranks, in rank order
     capability: tuple[int, int]  # the GPUs' own
-    answered: int  # what the communicator is told (the GPUs' major unless --capability)
-    builtin: int  # SGLang's limit for (answered, world_size), bytes
-    sglang: str
+    answered_capability: int  # what the communicator is told (the GPUs' major unless --capability)
+    builtin_limit: int  # SGLang's limit for (answered_capability, world_size), bytes
 
 
-def plan(options: Options, machine: Machine) -> Plan:
+def plan(options: argparse.Namespace, machine: TorchMachine) -> Plan:
+    """`machine`: TorchMachine, or a stand-in with its methods (the tests')."""
     names = machine.gpus()
     if not names:
         raise errors.machine(
@@ -60,48 +49,28 @@ def plan(options: Options, machine: Machine) -> Plan:
             "the image's torch-symm-mem-sm120 patch adds capability 12",
         )
     supported = sorted(sizes_for)
-    if options.tp is not None:
-        world_size = options.tp
-        if world_size not in sizes_for:
-            raise errors.usage(
-                f"--tp {world_size}: SGLang's communicator supports world sizes "
-                f"{', '.join(map(str, supported))} on capability {answered}"
-            )
-    else:
-        fitting = [w for w in supported if w <= len(names)]
-        if not fitting:
-            raise errors.machine(
-                f"{len(names)} GPUs are visible; SGLang's communicator needs {supported[0]} or more "
-                f"(world sizes {', '.join(map(str, supported))})"
-            )
-        world_size = fitting[-1]
-    missing = _first_without_p2p(range(world_size), machine.can_access_peer)
-    if missing is not None:
-        a, b = missing
-        raise errors.machine(
-            f"GPU {a} cannot access GPU {b}'s memory (no peer-to-peer): two-shot all-reduce cannot run here",
-            "SGLang's patched communicator turns itself off on such GPUs (RTX 5090; P2P blocked by IOMMU/ACS)",
-            "and every all-reduce goes to NCCL: there is no limit to set",
+    listed = ", ".join(map(str, supported))
+    if options.tp is not None and options.tp not in sizes_for:
+        raise errors.usage(
+            f"--tp {options.tp}: SGLang's communicator supports world sizes {listed} on capability {answered}"
         )
+    fitting = [w for w in supported if w <= len(names)]
+    if not fitting:
+        raise errors.machine(
+            f"{len(names)} GPUs are visible; SGLang's communicator needs {supported[0]} or more (world sizes {listed})"
+        )
+    world_size = options.tp or fitting[-1]
+    for a, b in itertools.permutations(range(world_size), 2):
+        if not machine.can_access_peer(a, b):
+            raise errors.machine(
+                f"GPU {a} cannot access GPU {b}'s memory (no peer-to-peer): two-shot all-reduce cannot run here",
+                "SGLang's patched communicator turns itself off on such GPUs (RTX 5090; P2P blocked by IOMMU/ACS)",
+                "and every all-reduce goes to NCCL: there is no limit to set",
+            )
     others = {machine.capability(i) for i in range(1, world_size)} - {capability}
     if others:
         raise errors.machine(f"the GPUs differ in compute capability ({capability} and {sorted(others)[0]})")
-    return Plan(
-        world_size=world_size,
-        gpus=names[:world_size],
-        capability=capability,
-        answered=answered,
-        builtin=sizes_for[world_size],
-        sglang=machine.sglang_version(),
-    )
-
-
-def _first_without_p2p(devices: Sequence[int] | range, can: Callable[[int, int], bool]) -> tuple[int, int] | None:
-    for a in devices:
-        for b in devices:
-            if a != b and not can(a, b):
-                return a, b
-    return None
+    return Plan(machine.sglang_version(), world_size, names[:world_size], capability, answered, sizes_for[world_size])
 
 
 class TorchMachine:
@@ -127,9 +96,7 @@ class TorchMachine:
 
     def gpus(self) -> list[str]:
         cuda = self._torch.cuda
-        if not cuda.is_available():
-            return []
-        return [cuda.get_device_name(i) for i in range(cuda.device_count())]
+        return [cuda.get_device_name(i) for i in range(cuda.device_count() if cuda.is_available() else 0)]
 
     def capability(self, index: int) -> tuple[int, int]:
         return tuple(self._torch.cuda.get_device_capability(index))  # type: ignore[return-value]
@@ -137,7 +104,7 @@ class TorchMachine:
     def can_access_peer(self, a: int, b: int) -> bool:
         return bool(self._torch.cuda.can_device_access_peer(a, b))
 
-    def limits(self) -> Mapping[int, Mapping[int, int]]:
+    def limits(self) -> Mapping[int, Mapping[int, int]]:  # SGLang's size table: capability -> world size -> bytes
         return self._table
 
     def sglang_version(self) -> str:

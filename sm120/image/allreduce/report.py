@@ -1,12 +1,10 @@
-"""From the measured rows to what the user reads: the table, the crossover and the limit to set.
-
-Every row carries the symmetric-memory path SGLang's communicator took (`Row.path`): two-shot on sm_120 (and with
-`--capability 12`), multimem where SGLang selects it (capability 9 or 10 with NVLink multicast, at the world sizes
-of its `_WORLD_SIZES_MULTIMEM`). The table, the crossover and the limit name that path: the limit applies to
-whichever path SGLang takes, for messages below it."""
+"""From the measured rows to the table, the crossover and the limit to set. Each names the symmetric-memory path
+SGLang's communicator took (`Row.path`: two-shot on sm_120, multimem where SGLang selects it on capability 9 or 10):
+the limit applies to whichever path SGLang takes, for messages below it."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -51,17 +49,7 @@ def path_of(rows: Sequence[Row]) -> str:
     return " / ".join(sorted({r.path for r in rows})) or TWO_SHOT
 
 
-def crossover(rows: Sequence[Row]) -> int | None:
-    """The start of the tail where NCCL is faster at every measured size; None when symm-mem wins the largest."""
-    start = None
-    for row in reversed(sorted(rows, key=lambda r: r.size)):
-        if row.faster != "NCCL":
-            break
-        start = row.size
-    return start
-
-
-def advise(rows: Sequence[Row], world_size: int, builtin: int | None) -> Advice:
+def advise(rows: Sequence[Row], world_size: int, builtin: int) -> Advice:
     """The limit to set for `world_size`. SGLang takes its symmetric-memory path (two-shot, or multimem where it
     selects that) for messages strictly below the limit, so the limit is the crossover: every measured size below
     it, where that path was faster, goes to it."""
@@ -69,9 +57,10 @@ def advise(rows: Sequence[Row], world_size: int, builtin: int | None) -> Advice:
     if not ordered:
         return Advice(None, None, ["no sizes measured"])
     path = path_of(ordered)
-    cross = crossover(ordered)
-    built = f"built-in limit at world size {world_size}: {human(builtin)}" if builtin else ""
-    if cross == ordered[0].size:
+    tail = list(itertools.takewhile(lambda r: r.faster == "NCCL", reversed(ordered)))  # NCCL wins from here on
+    cross = tail[-1].size if tail else None
+    built = f"built-in limit at world size {world_size}: {human(builtin)}"
+    if len(tail) == len(ordered):
         return Advice(
             cross,
             None,
@@ -79,7 +68,7 @@ def advise(rows: Sequence[Row], world_size: int, builtin: int | None) -> Advice:
                 f"crossover: NCCL is faster at every size measured ({human(ordered[0].size)} to "
                 f"{human(ordered[-1].size)})",
                 f"limit to set: none; leave symmetric memory off: SKIP_RUNTIME_RULES={RULE}",
-                *([built] if built else []),
+                built,
             ],
         )
     if cross is None:
@@ -89,8 +78,8 @@ def advise(rows: Sequence[Row], world_size: int, builtin: int | None) -> Advice:
             f"sweep larger sizes (--sizes) to find it"
         )
     else:
-        below = max(r.size for r in ordered if r.size < cross)
         limit = cross
+        below = ordered[-len(tail) - 1].size
         first = f"crossover: NCCL is faster from {human(cross)} on ({path} up to {human(below)})"
     limit = min(max(limit, LIMIT_MIN), LIMIT_MAX)
     lines = [
@@ -102,9 +91,7 @@ def advise(rows: Sequence[Row], world_size: int, builtin: int | None) -> Advice:
             f"the limit is {path}'s: SGLang takes {path}, not two-shot, on these GPUs at world size {world_size}; "
             "on sm_120 (two-shot over PCIe) measure there"
         )
-    if built:
-        lines.append(built + (" (the same)" if builtin == limit else ""))
-    return Advice(cross, limit, lines)
+    return Advice(cross, limit, [*lines, built + (" (the same)" if builtin == limit else "")])
 
 
 def table(rows: Sequence[Row]) -> str:

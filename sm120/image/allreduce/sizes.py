@@ -1,14 +1,9 @@
-"""Message sizes as the sweep and SM120_SYMM_MEM_MAX_SIZES write them: a whole number of KiB or MiB.
-
-    4K, 4KiB, 512KiB, 8M, 16MiB          one size
-    4K..64M                              every power-of-two multiple of 4K up to 64M (and 64M itself)
-
-The patch reads the same form (`WS:SIZE`, SIZE from 4 KiB to 512 MiB); the sweep measures sizes from 4 KiB to
-256 MiB, so that its own buffer (largest size + 4 KiB) stays within the patch's bound.
-"""
+"""Message sizes as the sweep and SM120_SYMM_MEM_MAX_SIZES write them: a whole number of KiB or MiB (4K, 512KiB,
+8M, 16MiB), or a range 4K..64M (every power-of-two multiple of 4K up to 64M, and 64M itself)."""
 
 from __future__ import annotations
 
+import argparse
 import re
 
 KiB = 1024
@@ -16,7 +11,7 @@ MiB = 1024 * 1024
 
 # What SM120_SYMM_MEM_MAX_SIZES accepts (the patch's bounds): a limit the sweep prints must be one of these.
 LIMIT_MIN, LIMIT_MAX = 4 * KiB, 512 * MiB
-# What the sweep measures: its own communicator holds the largest size plus 4 KiB.
+# What the sweep measures: its own communicator holds the largest size plus 4 KiB, within the patch's bound.
 SIZE_MIN, SIZE_MAX = 4 * KiB, 256 * MiB
 DEFAULT_RANGE = "4K..64M"
 
@@ -25,8 +20,8 @@ _SIZE = re.compile(r"([1-9][0-9]{0,6})(KiB|K|MiB|M)")
 FORM = "a whole number of KiB or MiB: 4K, 512KiB, 8M, 16MiB"
 
 
-class SizeError(ValueError):
-    """A size that is not one, or out of the bounds; the message names the value."""
+class SizeError(argparse.ArgumentTypeError):
+    """A size that is not one, or out of the bounds; the message names the value (argparse's `type=` says it)."""
 
 
 def _shown(text: str) -> str:
@@ -75,17 +70,12 @@ def parse_sizes(text: str) -> list[int]:
         high = parse_size(high_text) if dots else low
         if high < low:
             raise SizeError(f"{item.strip()!r}: the range ends below its start")
-        for size in (low, high):
-            if not SIZE_MIN <= size <= SIZE_MAX:
-                raise SizeError(
-                    f"{format_size(size)} is out of range (the sweep measures {format_size(SIZE_MIN)} "
-                    f"to {format_size(SIZE_MAX)})"
-                )
-        size = low
-        while size <= high:
-            sizes.add(size)
-            size *= 2
-        sizes.add(high)
+        if bad := [size for size in (low, high) if not SIZE_MIN <= size <= SIZE_MAX]:
+            raise SizeError(
+                f"{format_size(bad[0])} is out of range (the sweep measures {format_size(SIZE_MIN)} "
+                f"to {format_size(SIZE_MAX)})"
+            )
+        sizes.update({low << k for k in range((high // low).bit_length())}, {high})  # low, 2 low, 4 low... high
     return sorted(sizes)
 
 

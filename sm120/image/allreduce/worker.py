@@ -1,26 +1,23 @@
-"""One rank of the sweep (a process of its own, started by `launch`): the groups and the communicator as SGLang
-makes them, then for each size the two sum checks and the timings of both paths.
+"""One rank of the sweep (started by `launch`): the groups and the communicator as SGLang makes them, then for each
+size the two sum checks and the timings of both paths.
 
-SGLang (srt/distributed/parallel_state.py, 0.5.9 and 0.5.23 alike) initialises torch.distributed, makes one NCCL
-group and one gloo group per TP group (GroupCoordinator), and builds
-`TorchSymmMemCommunicator(group=<the gloo group>, device=torch.device(f"cuda:{local_rank}"))`; its all-reduce
-then takes `comm.all_reduce(x)` (out of place) for bf16 messages the communicator accepts and NCCL for the rest.
-The sweep does the same, with one process per GPU on one node (local rank = rank). Which kernel `comm.all_reduce`
-runs (two-shot, or multimem where SGLang selects it: capability 9 or 10 at some world sizes) is read off the built
-communicator (`symm_mem_path`) and reported with every row.
+As SGLang does (srt/distributed/parallel_state.py, 0.5.9 and 0.5.23 alike): one NCCL and one gloo group per TP
+group, `TorchSymmMemCommunicator(group=<the gloo group>, device=cuda:<local rank>)`, and `comm.all_reduce(x)` (out
+of place) for the bf16 messages it accepts; one process per GPU on one node (local rank = rank).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
+import logging.handlers
 import os
+import pkgutil
 import statistics
 import sys
 import time
 from collections.abc import MutableMapping
-from contextlib import ExitStack
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,12 +53,10 @@ class Job:
 
 
 def rule_environment(environ: MutableMapping[str, str]) -> dict[str, str]:
-    """Give `environ` what the entrypoint gives the sweep, where it lacks it: the environment of the image's runtime
-    rules for the option the sweep measures (tools.TOOLS; on 0.5.23 the torch-symm-mem rule's
-    SGLANG_OPT_USE_INKLING_CUSTOM_AR=0, without which SGLang gives each rank a 512 MiB buffer), read from the
-    image's plan ($SM120_PLAN, else /etc/sglang-sm120/plan.json) as the entrypoint reads it (build.toml is where
-    the value is written). A variable already set wins, as through the entrypoint. Returns what it set; nothing
-    where there is no plan to read (outside the image)."""
+    """Give `environ` what the entrypoint gives the sweep, where it lacks it (a variable already set wins): the
+    environment of the image plan's runtime rules for the option it measures (on 0.5.23 the torch-symm-mem rule's
+    SGLANG_OPT_USE_INKLING_CUSTOM_AR=0, without which SGLang gives each rank a 512 MiB buffer). Returns what it set;
+    nothing where there is no plan to read (outside the image)."""
     from sm120.image.entrypoint import presets, tools
     from sm120.image.entrypoint.errors import UsageError
 
@@ -109,53 +104,37 @@ def main(rank: int, job: Job) -> None:
     tmp.replace(out_file)
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(f"{record.levelname}: {record.getMessage()}")
-
-
 def _build(job: Job, torch: Any, group: Any, device: Any) -> tuple[Any, list[str]]:
-    module_name, _, class_name = job.communicator.partition(":")
-    module = importlib.import_module(module_name)
-    collect = _Collect()
+    make = pkgutil.resolve_name(job.communicator)
+    collect = logging.handlers.BufferingHandler(capacity=1 << 20)
+    collect.setLevel(logging.INFO)
     log = logging.getLogger(LOGGER)
     log.addHandler(collect)
     previous = log.level
     log.setLevel(logging.INFO)
+    answer = (job.capability, 0)
+    told = mock.patch.object(torch.cuda, "get_device_capability", lambda *a, **k: answer)
     try:
-        with ExitStack() as stack:
-            if job.capability is not None:
-                answer = (job.capability, 0)
-                stack.enter_context(mock.patch.object(torch.cuda, "get_device_capability", lambda *a, **k: answer))
-            comm = getattr(module, class_name)(group=group, device=device)
+        with told if job.capability is not None else nullcontext():
+            comm = make(group=group, device=device)
     finally:
         log.removeHandler(collect)
         log.setLevel(previous)
-    return comm, collect.messages
+    return comm, [f"{record.levelname}: {record.getMessage()}" for record in collect.buffer]
 
 
-class _Clock:
-    """CUDA events on a GPU (what the GPU spent, launch gaps included); the wall clock on the CPU."""
-
-    def __init__(self, torch: Any, device: Any) -> None:
-        self.torch, self.cuda = torch, device.type == "cuda"
-
-    def time(self, run: Any) -> float:
-        """Seconds that `run()` took."""
-        if not self.cuda:
-            t0 = time.perf_counter()
-            run()
-            return time.perf_counter() - t0
-        start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
-        start.record()
+def _seconds(torch: Any, device: Any, run: Any) -> float:
+    """Seconds that `run()` took: CUDA events on a GPU (launch gaps included), the wall clock on the CPU."""
+    if device.type != "cuda":
+        t0 = time.perf_counter()
         run()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1000.0
+        return time.perf_counter() - t0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000.0
 
 
 def _run(rank: int, job: Job) -> dict[str, Any]:
@@ -165,20 +144,13 @@ def _run(rank: int, job: Job) -> dict[str, Any]:
 
     os.environ[ENV] = job.buffer_size  # the sweep's own communicator holds every size it measures
     cuda = job.device == "cuda"
+    device, backend = (torch.device(f"cuda:{rank}"), "nccl") if cuda else (torch.device("cpu"), "gloo")
     if cuda:
         torch.cuda.set_device(rank)
-        device = torch.device(f"cuda:{rank}")
-    else:
-        device = torch.device("cpu")
     ranks = list(range(job.world_size))
-    dist.init_process_group(
-        backend="nccl" if cuda else "gloo",
-        init_method=f"tcp://127.0.0.1:{job.port}",
-        world_size=job.world_size,
-        rank=rank,
-    )
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{job.port}", world_size=job.world_size, rank=rank)
     try:
-        device_group = dist.new_group(ranks, backend="nccl" if cuda else "gloo")
+        device_group = dist.new_group(ranks, backend=backend)
         cpu_group = dist.new_group(ranks, backend="gloo")
         try:
             comm, messages = _build(job, torch, cpu_group, device)
@@ -196,11 +168,10 @@ def _run(rank: int, job: Job) -> dict[str, Any]:
                 "patch's override)",
                 "log": messages,
             }
-        clock = _Clock(torch, device)
         path = symm_mem_path(comm)
         rows = []
         for index, size in enumerate(job.sizes, 1):
-            row = {**_measure(job, torch, dist, comm, device_group, cpu_group, device, clock, size), "path": path}
+            row = {**_measure(job, torch, dist, comm, device_group, cpu_group, device, size), "path": path}
             rows.append(row)
             if rank == 0 and job.progress:
                 sys.stderr.write(
@@ -214,7 +185,7 @@ def _run(rank: int, job: Job) -> dict[str, Any]:
 
 
 def _measure(
-    job: Job, torch: Any, dist: Any, comm: Any, device_group: Any, cpu_group: Any, device: Any, clock: _Clock, size: int
+    job: Job, torch: Any, dist: Any, comm: Any, device_group: Any, cpu_group: Any, device: Any, size: int
 ) -> dict[str, Any]:
     n = size // 2  # bf16 elements
     ws, rank = job.world_size, dist.get_rank()
@@ -250,36 +221,26 @@ def _measure(
     # 3. Timings: the same number of all-reduces on every rank, the ranks lined up before each repeat.
     ops = ops_per_repeat(size)
     zeros = torch.zeros(n, device=device, dtype=torch.bfloat16)  # NCCL works in place: values would grow
-    paths = {"two_shot": lambda: comm.all_reduce(x), "nccl": lambda: dist.all_reduce(zeros, group=device_group)}
+    paths = {"two_shot_us": lambda: comm.all_reduce(x), "nccl_us": lambda: dist.all_reduce(zeros, group=device_group)}
     medians = {}
     for name, op in paths.items():
-        run = _graphed(torch, op, ops) if job.cuda_graph else _repeated(op, ops)
+        run = _graphed(torch, op, ops) if job.cuda_graph else lambda op=op: [op() for _ in range(ops)]
         for _ in range(job.warmup):
             run()
         times = []
         for _ in range(job.repeats):
             dist.barrier(group=cpu_group)
-            times.append(clock.time(run) / ops * 1e6)
+            times.append(_seconds(torch, device, run) / ops * 1e6)
         medians[name] = statistics.median(times)
+    mine = {**medians, "exact": exact, "random_ok": random_ok, "random_diff": diff}
     gathered: list[Any] = [None] * ws
-    dist.all_gather_object(gathered, [medians, exact, random_ok, diff], group=cpu_group)
+    dist.all_gather_object(gathered, mine, group=cpu_group)
+    # The slowest rank's times and largest difference; a check holds only where it holds on every rank.
     return {
         "size": size,
-        "two_shot_us": max(g[0]["two_shot"] for g in gathered),  # the slowest rank's
-        "nccl_us": max(g[0]["nccl"] for g in gathered),
-        "exact": all(g[1] for g in gathered),
-        "random_ok": all(g[2] for g in gathered),
-        "random_diff": max(g[3] for g in gathered),
+        **{k: (all if isinstance(v, bool) else max)(g[k] for g in gathered) for k, v in mine.items()},
         "ops": ops,
     }
-
-
-def _repeated(op: Any, ops: int) -> Any:
-    def run() -> None:
-        for _ in range(ops):
-            op()
-
-    return run
 
 
 def _graphed(torch: Any, op: Any, ops: int) -> Any:

@@ -1,10 +1,6 @@
-"""Run by parser_check in SGLang's own interpreter: parse an argument list with SGLang's real CLI parser.
-
-Reads the list as JSON on stdin, builds the parser the way `sglang.launch_server` does
-(`ServerArgs.add_cli_args(argparse.ArgumentParser())`, YAML `--config` merged first) and parses. Only the
-parse: `ServerArgs.from_cli_args` would need a GPU. Prints one line `MARK {json}` last, since importing
-SGLang may print on its own: {"status": "accepted" | "rejected" | "unavailable", "version", "error"}.
-"""
+"""Run by parser_check in SGLang's own interpreter: parse the argument list on stdin (JSON) with SGLang's real CLI
+parser, built as `sglang.launch_server` builds it (YAML `--config` merged first); only the parse, which needs no GPU.
+Prints `MARK {json}` last (importing SGLang may print on its own): status accepted, rejected or unavailable."""
 
 from __future__ import annotations
 
@@ -15,18 +11,6 @@ import re
 import sys
 
 MARK = "SM120-PARSE-RESULT "
-# What the entrypoint's checks rely on (it sends its own list, these are the least): SGLang's reading of each
-# is sent back with the option's default and aliases, and compared with what the entrypoint checked.
-OPTIONS = (
-    "--model-path",
-    "--speculative-draft-model-path",
-    "--speculative-algorithm",
-    "--tp-size",
-    "--pp-size",
-    "--nnodes",
-    "--node-rank",
-    "--port",
-)
 _INT = re.compile(r"-?[0-9]+")
 _FLOAT = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
 
@@ -61,15 +45,6 @@ def _strict(kind: type) -> object:
     return convert
 
 
-def _version() -> str | None:
-    try:
-        from sglang.version import __version__
-
-        return str(__version__)
-    except Exception:
-        return None
-
-
 def _merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     try:
         from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger  # 0.5.23
@@ -78,71 +53,42 @@ def _merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
     return ConfigArgumentMerger(parser).merge_config_with_args(argv)
 
 
-def _abbreviation(argv: list[str], known: set[str]) -> str | None:
-    for token in argv:
-        name = token.split("=", 1)[0]
-        if name.startswith("--") and name not in known:
-            longer = sorted(o for o in known if o.startswith(name))
-            if longer:
-                return f"{name} is an abbreviation of {', '.join(longer[:3])}{', ...' if len(longer) > 3 else ''}"
-    return None
-
-
-def _plain(value: object) -> object:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return str(value)
-
-
-def parse(argv: list[str], wanted: list[str] | None = None) -> dict[str, object]:
+def parse(argv: list[str], wanted: list[str]) -> dict[str, object]:
+    """SGLang's reading of `argv`, and of each option in `wanted` (what the entrypoint's checks rely on) its value
+    and default, to be compared with what the entrypoint checked."""
     try:
         from sglang.srt.server_args import ServerArgs
     except BaseException as exc:
-        return {"status": "unavailable", "version": _version(), "error": f"{type(exc).__name__}: {exc}"}
-    version = _version()
-    parser = Parser(prog="sglang.launch_server", allow_abbrev=False)
+        return {"status": "unavailable", "error": f"{type(exc).__name__}: {exc}"}
+    parser = Parser(prog="sglang.launch_server", allow_abbrev=False)  # an abbreviation: an unrecognized argument
     ServerArgs.add_cli_args(parser)
     for action in parser._actions:
         if action.type in (int, float):
             action.type = _strict(action.type)
     actions = parser._option_string_actions
-    known = set(actions)
-    abbreviation = _abbreviation(argv, known)
-    if abbreviation:
-        return {"status": "rejected", "version": version, "error": abbreviation, "options": sorted(known)}
     try:
         if "--config" in argv:
             argv = _merge_config(parser, argv)
         namespace = parser.parse_args(argv)
     except Rejected as exc:
-        return {"status": "rejected", "version": version, "error": str(exc), "options": sorted(known)}
+        return {"status": "rejected", "error": str(exc), "options": sorted(actions)}
     except ImportError as exc:  # the --config merger (or its yaml) is not there: cannot check
-        return {"status": "unavailable", "version": version, "error": f"--config: {type(exc).__name__}: {exc}"}
+        return {"status": "unavailable", "error": f"--config: {type(exc).__name__}: {exc}"}
     except Exception as exc:  # the --config merge: a missing file, bad YAML
-        return {"status": "rejected", "version": version, "error": f"--config: {type(exc).__name__}: {exc}"}
-    values = {}
-    readings = {}
-    for opt in sorted({*OPTIONS, *(wanted or [])}):
-        action = actions.get(opt)
-        if action is None:
-            continue
-        value = _plain(getattr(namespace, action.dest, None))
-        values[opt] = value
-        readings[opt] = {
-            "value": value,
-            "default": _plain(action.default),
+        return {"status": "rejected", "error": f"--config: {type(exc).__name__}: {exc}", "options": sorted(actions)}
+    readings = {
+        opt: {
+            "value": getattr(namespace, action.dest, None),
+            "default": action.default,
             "flag": action.nargs == 0,
-            "names": list(action.option_strings),
         }
-    return {"status": "accepted", "version": version, "values": values, "readings": readings}
+        for opt in sorted(set(wanted))
+        if (action := actions.get(opt)) is not None
+    }
+    return {"status": "accepted", "readings": readings}
 
 
 if __name__ == "__main__":
     request = json.load(sys.stdin)
-    if isinstance(request, dict):
-        result = parse(list(request.get("argv", [])), list(request.get("options", [])))
-    else:
-        result = parse(request)
-    sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
+    result = parse(list(request.get("argv", [])), list(request.get("options", [])))
+    sys.stdout.write("\n" + MARK + json.dumps(result, default=str) + "\n")  # str: a value JSON has no type for

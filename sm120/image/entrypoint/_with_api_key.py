@@ -1,19 +1,12 @@
-"""Run by the entrypoint in SGLang's interpreter when API_KEY_FILE is set, in place of `python3 -m MODULE`:
+"""Run by the entrypoint in SGLang's interpreter when a key file is set, in place of `python3 -m MODULE`:
 
     python3 _with_api_key.py -m sglang.launch_server ARGS...      (or: python3 _with_api_key.py SCRIPT ARGS...)
 
-It reads the key from API_KEY_FILE (key_file.py, the entrypoint's own checks), appends `--api-key=KEY` to
-sys.argv (`=`: a key that starts with '-' stays a value) and runs the module as `python3 -m` does (runpy, as
-__main__, in this process: the PID the entrypoint exec'd, so signals reach SGLang as before). The key lives in
-the interpreter's memory only: the process's command line (`ps`, `docker top`) and environment (`docker
-inspect`) never hold it, and stdout/stderr write it as ******** (SGLang logs its ServerArgs at start-up, the
-key included). Standard library only; key_file.py is loaded by its path, so nothing of this directory is put
-on sys.path (it is set as `python3 -m` or `python3 SCRIPT` would set it).
-
-The admin key the same way: ADMIN_API_KEY_FILE's key as `--admin-api-key=KEY`; or, where the entrypoint sets
-SM120_ADMIN_ROUTES=closed (an API key without an admin key), a random one made here and known to nobody, so
-SGLang's admin routes are closed (srt/utils/auth.py). `--admin-api-key=...` goes before `--api-key=KEY`, which
-stays the last argument. SM120_ADMIN_ROUTES is removed from the environment before SGLang runs.
+It reads the key files (key_file.py), appends `--admin-api-key=KEY` and `--api-key=KEY` (last; `=`: a key that
+starts with '-' stays a value) to sys.argv and runs the module in this process (runpy, as `python3 -m` does), so
+the key is in no command line or environment, and stdout/stderr write it as ********. SM120_ADMIN_ROUTES=closed
+(from the entrypoint, removed here) has it pass an admin key made here and known to nobody. key_file.py is loaded
+by its path: nothing of this directory goes on sys.path.
 """
 
 from __future__ import annotations
@@ -23,21 +16,65 @@ import os
 import runpy
 import secrets
 import sys
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 PROG = "entrypoint"
+Message = dict[str, Any]
 
 
-def _load(stem: str) -> ModuleType:
-    name = f"_sm120_{stem}"
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{stem}.py")
+def _load_key_file() -> Any:
+    spec = importlib.util.spec_from_file_location("_sm120_key_file", HERE / "key_file.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+key_file = _load_key_file()
+
+
+class HideKeys:
+    """An ASGI middleware that writes ******** over the keys in every JSON answer of SGLang's app: /server_info
+    holds the ServerArgs (and, in 0.5.23, the launch command), keys included, which any API-key holder could read.
+    Streams (text/event-stream) pass untouched: they never carry ServerArgs."""
+
+    def __init__(self, app: Any, keys: Iterable[str]) -> None:
+        self.app = app
+        self.keys = [k for k in keys if k]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope.get("type") != "http" or not self.keys:
+            await self.app(scope, receive, send)
+            return
+        start: Message = {}
+        chunks: list[bytes] = []
+
+        async def hold_json(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = dict(message.get("headers") or [])
+                if b"json" not in headers.get(b"content-type", b"").lower():
+                    start["pass"] = True
+                    await send(message)
+                    return
+                start.update(message)
+                return
+            if start.get("pass") or message["type"] != "http.response.body":
+                await send(message)
+                return
+            chunks.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            text = b"".join(chunks).decode("utf-8", "surrogateescape")
+            body = key_file.mask(text, *self.keys).encode("utf-8", "surrogateescape")
+            headers = [(k, v) for k, v in start.get("headers") or [] if k.lower() != b"content-length"]
+            await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, hold_json)
 
 
 def _error(*lines: str) -> int:
@@ -46,7 +83,6 @@ def _error(*lines: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    key_file = _load("key_file")
     if len(argv) >= 2 and argv[0] == "-m":
         module, script, args = argv[1], None, argv[2:]
     elif argv and not argv[0].startswith("-"):
@@ -67,13 +103,19 @@ def main(argv: list[str]) -> int:
         return _error(f"{Path(__file__).name} needs {key_file.VARIABLE}: the file that holds the API key")
     if closed and key_file.ADMIN_OPTION not in keys:
         keys[key_file.ADMIN_OPTION] = secrets.token_urlsafe(32)  # known to nobody: the admin routes are closed
-    sys.stdout = key_file.Masked(sys.stdout, *keys.values())  # type: ignore[assignment]
-    sys.stderr = key_file.Masked(sys.stderr, *keys.values())  # type: ignore[assignment]
+
+    def hide(text: str) -> str:  # SGLang's start-up log prints its ServerArgs, keys included
+        return key_file.mask(text, *keys.values())
+
+    sys.stdout = key_file.Masked(sys.stdout, hide)  # type: ignore[assignment]
+    sys.stderr = key_file.Masked(sys.stderr, hide)  # type: ignore[assignment]
     added = [f"{option}={keys[option]}" for option in (key_file.ADMIN_OPTION, key_file.OPTION) if option in keys]
     sys.argv = [script or "-m", *args, *added]
     if module is not None and module.startswith("sglang."):
-        try:  # SGLang's JSON answers (/server_info: its ServerArgs, the launch command) hold the keys: hide them
-            _load("hide_keys").install(keys.values())
+        try:  # on SGLang's HTTP app (srt/entrypoints/http_server.py `app`, FastAPI in 0.5.9 and 0.5.23)
+            from sglang.srt.entrypoints import http_server
+
+            http_server.app.add_middleware(HideKeys, keys=list(keys.values()))
         except Exception as exc:
             sys.stderr.write(f"[{PROG}] warning: the keys are not hidden from SGLang's /server_info ({exc!r})\n")
     if module is not None:

@@ -1,18 +1,9 @@
-"""API_KEY_FILE and ADMIN_API_KEY_FILE in the entrypoint: the key files checked, `--admin-api-key` and `--api-key`
-in the command shown masked, the exec through _with_api_key.py (which hands the keys to SGLang in-process), and the
-refusals (key_file.py says why).
+"""API_KEY_FILE and ADMIN_API_KEY_FILE in the entrypoint: the refusals, the key files checked, the command shown
+and checked with `--admin-api-key MASK` and `--api-key MASK` last, and the exec through _with_api_key.py, which
+reads the files again and hands the keys to SGLang in-process (the exec'd command line holds no key).
 
-The command the entrypoint prints (the --dry-run line, the log) and checks with SGLang's parser carries
-`--admin-api-key MASK` (where one is passed) and `--api-key MASK`, last; the process it execs carries no key at all:
-`python3 .../_with_api_key.py -m sglang.launch_server ARGS`, and the launcher reads the key files again.
-
-Admin routes: SGLang's auth (srt/utils/auth.py, 0.5.9 and 0.5.23) lets every API-key holder use the admin-optional
-routes when no admin key is set. With an API key and no ADMIN_API_KEY_FILE the entrypoint has the launcher pass an
-admin key nobody knows (made in the launcher's process, never written), which closes them; ADMIN_API_KEY_FILE opens
-them to whoever holds that key.
-
-Secrets: `secrets()` gives every value this process may see that is a key (the key files' contents, the value after
-an option argparse would read as --api-key or --admin-api-key), for errors.SECRETS, before any check runs.
+Admin routes: SGLang's auth (srt/utils/auth.py) lets every API-key holder use the admin-optional routes when no
+admin key is set, so with an API key and no ADMIN_API_KEY_FILE the launcher passes an admin key nobody knows.
 """
 
 from __future__ import annotations
@@ -20,12 +11,12 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from . import key_file
+from .environment import secret_file_for
 from .errors import Log, UsageError, show
 from .key_file import ADMIN_OPTION, ADMIN_VARIABLE, MASK, OPTION, VARIABLE
-from .options import EXTRA, USER, Command, Item
+from .options import WHERE, Command, Item
 from .sglang_source import InstalledSGLang
 
 KEY_OPTIONS = {OPTION: VARIABLE, ADMIN_OPTION: ADMIN_VARIABLE}  # the option -> the variable that feeds it
@@ -33,7 +24,6 @@ HINT = "put the key in a file and set {variable} to it (a Docker, Compose or Kub
 SHORTEST_PREFIX = 3  # `--a`: argparse takes any unambiguous prefix of an option (allow_abbrev, SGLang's default)
 SOURCE = "from {variable}"  # the item's source: its label reads `--api-key '********' (from API_KEY_FILE)`
 CLOSED = "an admin key nobody knows"  # the source of the admin item when the admin routes are closed
-OPEN_ADMIN = f"set {ADMIN_VARIABLE} to open them to whoever holds that key"
 WHAT = {VARIABLE: "API key", ADMIN_VARIABLE: "admin API key"}
 _MASKED_SOURCES = {SOURCE.format(variable=v) for v in KEY_OPTIONS.values()} | {CLOSED}  # what exec_argv leaves out
 
@@ -47,10 +37,10 @@ def read_as(name: str) -> list[str]:
 
 def secrets(environ: Mapping[str, str], sglang_args: Iterable[str]) -> list[str]:
     """Every key this process may come to see, before any check: the key files' contents (whatever their checks
-    will say of them), a key file variable's value that names no file, and each value after an option argparse
-    would read as a key option, after `--` or in EXTRA_ARGS (split like a shell line, or, where it cannot be split,
-    at whitespace)."""
-    found: list[str] = []
+    will say of them), a key file variable's value that names no file, a key in a plain variable (API_KEY=...), and
+    each value after an option argparse would read as a key option, after `--` or in EXTRA_ARGS (split like a shell
+    line, or, where it cannot be split, at whitespace)."""
+    found = [value for name, value in environ.items() if secret_file_for(name) is not None]
     for variable in KEY_OPTIONS.values():
         path = (environ.get(variable) or "").strip()
         if path and not os.path.lexists(path):
@@ -74,10 +64,6 @@ def secrets(environ: Mapping[str, str], sglang_args: Iterable[str]) -> list[str]
     return found
 
 
-def _where(item: Item) -> str:
-    return {USER: "after --", EXTRA: "in EXTRA_ARGS"}.get(item.source, f"in {item.source}")
-
-
 def refuse_on_command_line(cmd: Command) -> None:
     """--api-key, --admin-api-key, or a prefix argparse could take for one, in any layer: exit 2 without the value."""
     for item in [*cmd.base, *cmd.extra, *cmd.user]:
@@ -91,75 +77,53 @@ def refuse_on_command_line(cmd: Command) -> None:
             read = f" (argparse reads it as {options[0]})"
         else:
             read = f" (argparse may read it as {' or '.join(options)})"
-        variables = " or ".join(KEY_OPTIONS[option] for option in options)
+        where = WHERE.get(item.source, f"in {item.source}")
         raise UsageError(
-            f"{name} ({_where(item)}): a key on a command line ends up in shell histories, CI logs and `ps`{read}",
-            HINT.format(variable=variables),
+            f"{name} ({where}): a key on a command line ends up in shell histories, CI logs and `ps`{read}",
+            HINT.format(variable=" or ".join(KEY_OPTIONS[option] for option in options)),
         )
 
 
-def _check_compatible(cmd: Command, variables: str) -> None:
-    """What SGLang refuses with an API key, or leaves unprotected, found now rather than after the model load."""
-    workers = cmd.last("--tokenizer-worker-num")
-    if workers is not None and (workers.value or "").isdigit() and int(workers.value or "0") > 1:
-        raise UsageError(
-            f"{variables} with {workers.label()}: SGLang serves no API key with several tokenizer workers",
-            "(it stops with 'API key is not supported in multi-tokenizer mode'); drop one of the two",
-        )
-    grpc = cmd.last("--grpc-port")
-    if grpc is not None:
-        raise UsageError(
-            f"{variables} with {grpc.label()}: SGLang refuses --grpc-port with --api-key",
-            "its gRPC listener bypasses the HTTP key check; drop one of the two",
-        )
-    mode = cmd.last("--grpc-mode")
-    if mode is not None:
-        raise UsageError(
-            f"{variables} with {mode.label()}: SGLang's gRPC server does not check the key",
-            "whoever reaches its port could use the model without one; drop --grpc-mode or the key",
-        )
+# What SGLang refuses with an API key, or leaves unprotected, found now rather than after the model load:
+# the option -> (what is wrong, the hint).
+INCOMPATIBLE = {
+    "--tokenizer-worker-num": (
+        "SGLang serves no API key with several tokenizer workers",
+        "(it stops with 'API key is not supported in multi-tokenizer mode'); drop one of the two",
+    ),
+    "--grpc-port": (
+        "SGLang refuses --grpc-port with --api-key",
+        "its gRPC listener bypasses the HTTP key check; drop one of the two",
+    ),
+    "--grpc-mode": (
+        "SGLang's gRPC server does not check the key",
+        "whoever reaches its port could use the model without one; drop --grpc-mode or the key",
+    ),
+}
 
 
-def admin_key_supported(installed: InstalledSGLang | None) -> bool:
-    """Whether the installed SGLang takes --admin-api-key (0.5.9 and 0.5.23 do; without SGLang here: assumed)."""
-    return installed is None or installed.knows_option(ADMIN_OPTION)
-
-
-@dataclass
-class Keys:
-    """The keys SGLang will serve with (never their values: the launcher reads the files again)."""
-
-    files: dict[str, key_file.ApiKey] = field(default_factory=dict)  # variable -> key
-    admin_closed: bool = False  # an admin key nobody knows: the launcher makes it
-
-    def __bool__(self) -> bool:
-        return bool(self.files)
-
-    def launcher_env(self) -> dict[str, str]:
-        return {key_file.ADMIN_ROUTES: "closed"} if self.admin_closed else {}
-
-
-def _read(variable: str, path: str) -> key_file.ApiKey:
-    try:
-        return key_file.read(path)
-    except key_file.KeyFileError as exc:
-        raise UsageError(*key_file.describe(variable, path, exc)) from None
-
-
-def apply(cmd: Command, environ: Mapping[str, str], log: Log, installed: InstalledSGLang | None = None) -> Keys:
+def apply(
+    cmd: Command, environ: Mapping[str, str], log: Log, installed: InstalledSGLang | None = None
+) -> dict[str, str] | None:
     """Refuse a key on a command line; read API_KEY_FILE and ADMIN_API_KEY_FILE into `--admin-api-key MASK` and
     `--api-key MASK` (last); close the admin routes where there is an API key and no admin key; or warn when SGLang
-    would listen beyond loopback without an API key (on node 0: only it serves HTTP; a --config may hold a key)."""
+    would listen beyond loopback without an API key (on node 0: only it serves HTTP; a --config may hold a key).
+    Returns None without a key file, else the launcher's environment (never the keys: it reads the files again)."""
     refuse_on_command_line(cmd)
-    keys = Keys()
+    files: dict[str, key_file.ApiKey] = {}  # variable -> key
     for variable in KEY_OPTIONS.values():
         path = (environ.get(variable) or "").strip()  # empty counts as unset
-        if path:
-            keys.files[variable] = _read(variable, path)
-    if ADMIN_VARIABLE in keys.files and not admin_key_supported(installed):
+        try:
+            if path:
+                files[variable] = key_file.read(path)
+        except key_file.KeyFileError as exc:
+            raise UsageError(*key_file.describe(variable, path, exc)) from None
+    # 0.5.9 and 0.5.23 take --admin-api-key; without SGLang here it is assumed
+    admin_supported = installed is None or installed.knows_option(ADMIN_OPTION)
+    if ADMIN_VARIABLE in files and not admin_supported:
         who = f"SGLang {installed.version}" if installed is not None and installed.version else "the installed SGLang"
         raise UsageError(f"{ADMIN_VARIABLE}: {who} has no {ADMIN_OPTION}", f"unset {ADMIN_VARIABLE}")
-    if VARIABLE not in keys.files:
+    if VARIABLE not in files:
         host = cmd.last("--host")
         rank = cmd.value("--node-rank") or "0"
         # SGLang's other nodes run no HTTP server (a rank of any length: the number checks come later)
@@ -169,29 +133,34 @@ def apply(cmd: Command, environ: Mapping[str, str], log: Log, installed: Install
                 f"SGLang listens on {host.label()} with no API key: whoever reaches port {cmd.value('--port')} "
                 f"can use it; set {VARIABLE} (see --help)"
             )
-    if not keys:
-        return keys
-    _check_compatible(cmd, " and ".join(keys.files))
-    api, admin = keys.files.get(VARIABLE), keys.files.get(ADMIN_VARIABLE)
+    if not files:
+        return None
+    workers = cmd.value("--tokenizer-worker-num") or ""
+    for option, (problem, hint) in INCOMPATIBLE.items():
+        item = cmd.last(option)
+        if item is not None and (option != "--tokenizer-worker-num" or (workers.isdigit() and int(workers) > 1)):
+            raise UsageError(f"{' and '.join(files)} with {item.label()}: {problem}", hint)
+    api, admin = files.get(VARIABLE), files.get(ADMIN_VARIABLE)
+    closed = admin is None and admin_supported  # an admin key nobody knows: the launcher makes it
     if admin is not None:
         cmd.user.append(Item([ADMIN_OPTION, MASK], SOURCE.format(variable=ADMIN_VARIABLE)))
         if api is not None and api.value == admin.value:
             log.warn(f"{ADMIN_VARIABLE} holds the same key as {VARIABLE}: every key holder can use the admin routes")
-    elif api is not None and admin_key_supported(installed):
-        keys.admin_closed = True
+    elif closed:
         cmd.user.append(Item([ADMIN_OPTION, MASK], CLOSED))
     if api is not None:
         cmd.user.append(Item([OPTION, MASK], SOURCE.format(variable=VARIABLE)))
-    for variable, key in keys.files.items():
+    for variable, key in files.items():
         log.note(
             f"{WHAT[variable]} from {variable}={show(key.path)}: SGLang gets it in-process "
             f"({key_file.LAUNCHER.name}), on no command line; shown as {MASK}"
         )
-    if keys.admin_closed:
+    if closed:
         log.note(
-            f"admin routes closed: SGLang gets {CLOSED} ({ADMIN_OPTION}, made at start, never shown); " + OPEN_ADMIN
+            f"admin routes closed: SGLang gets {CLOSED} ({ADMIN_OPTION}, made at start, never shown); "
+            f"set {ADMIN_VARIABLE} to open them to whoever holds that key"
         )
-    return keys
+    return {key_file.ADMIN_ROUTES: "closed"} if closed else {}
 
 
 def exec_argv(python: str, cmd: Command) -> list[str]:

@@ -1,8 +1,5 @@
-"""The SGLang command from a mode's presets, the environment variables and the arguments after `--`.
-
-Every value is validated where SGLang will read it (the last occurrence), and an error names where it came
-from: the variable (TP_SIZE='x'), EXTRA_ARGS, or the argument after `--`.
-"""
+"""The SGLang command from a mode's presets, the environment variables and the arguments after `--`, each value
+validated where SGLang will read it (the last occurrence), an error naming where it came from (TP_SIZE='x', ...)."""
 
 from __future__ import annotations
 
@@ -61,11 +58,11 @@ VARIABLES = [
         "an API key closes the admin routes (SGLang gets an admin key nobody knows)",
     ),
 ]
-# The eagle3 variables and the build.toml mode keys that hold their presets.
-SPEC_VARIABLES = {
-    "SPEC_NUM_STEPS": "spec_num_steps",
-    "SPEC_EAGLE_TOPK": "spec_eagle_topk",
-    "SPEC_NUM_DRAFT_TOKENS": "spec_num_draft_tokens",
+# The EAGLE-3 draft tree's options and their variables; the mode's key that presets one is the variable's lower case.
+TREE_OPTIONS = {
+    "--speculative-num-steps": "SPEC_NUM_STEPS",
+    "--speculative-eagle-topk": "SPEC_EAGLE_TOPK",
+    "--speculative-num-draft-tokens": "SPEC_NUM_DRAFT_TOKENS",
 }
 
 # The generated options come first in this order, then the mode's, then the runtime rules'.
@@ -102,8 +99,7 @@ MAX_DIGITS = 9
 
 def _env(environ: Mapping[str, str], name: str) -> str | None:
     """A variable's value; empty counts as unset (compose files write VAR= for 'not set')."""
-    value = environ.get(name)
-    return value.strip() if value is not None and value.strip() else None
+    return environ.get(name, "").strip() or None
 
 
 def build(
@@ -117,11 +113,9 @@ def build(
     cmd.put(Item(["--host", DEFAULT_HOST], "default"))
     cmd.put(Item(["--port", str(spec.port)], "default"))
     if mode.draft:
-        for var, key in SPEC_VARIABLES.items():
-            preset = getattr(mode, key)
-            option = next(v.option for v in VARIABLES if v.name == var)
-            if preset is not None and option:
-                cmd.put(Item([option, str(preset)], f"preset {mode_name}"))
+        for option, var in TREE_OPTIONS.items():
+            if getattr(mode, var.lower()) is not None:
+                cmd.put(Item([option, str(getattr(mode, var.lower()))], f"preset {mode_name}"))
 
     port_text = environ.get("PORT")
     if port_text is not None and not port_text.strip():  # the HEALTHCHECK would probe http://127.0.0.1:/health
@@ -135,7 +129,7 @@ def build(
             continue
         if var.option in INTEGERS:  # checked as given: the HEALTHCHECK reads PORT without stripping it
             value = environ[var.name]
-        if not mode.draft and (var.name == "DRAFT_MODEL_PATH" or var.name in SPEC_VARIABLES):
+        if not mode.draft and (var.name == "DRAFT_MODEL_PATH" or var.option in TREE_OPTIONS):
             log.note(f"{var.name} is ignored in {mode_name} mode")
             continue
         cmd.put(Item([var.option, value], var.name))
@@ -233,7 +227,6 @@ class Effective:
     tp: int
     pp: int
     nnodes: int
-    node_rank: int
     speculative: str | None
     model: Item | None
     draft: Item | None
@@ -246,11 +239,7 @@ class Effective:
 def effective(cmd: Command, spec: EntrypointSpec, mode_name: str, log: Log) -> Effective:
     """Validate the values SGLang will take; raise UsageError naming the source of a bad one."""
     mode = spec.modes[mode_name]
-    ints: dict[str, int] = {}
-    for option in INTEGERS:
-        item = cmd.last(option)
-        if item is not None:
-            ints[option] = _integer(item)
+    ints = {option: _integer(item) for option in INTEGERS if (item := cmd.last(option)) is not None}
 
     host = cmd.last("--host")
     if host is not None and not _host_ok(host.value or ""):
@@ -290,21 +279,14 @@ def effective(cmd: Command, spec: EntrypointSpec, mode_name: str, log: Log) -> E
         )
     if speculative in SPEC_ALGORITHMS_WITH_TREE:
         _check_tree(cmd, ints, log)
-    return Effective(tp, pp, nnodes, node_rank, speculative, model, draft)
-
-
-TREE_OPTIONS = {
-    "--speculative-num-steps": "SPEC_NUM_STEPS",
-    "--speculative-eagle-topk": "SPEC_EAGLE_TOPK",
-    "--speculative-num-draft-tokens": "SPEC_NUM_DRAFT_TOKENS",
-}
+    return Effective(tp, pp, nnodes, speculative, model, draft)
 
 
 def _check_tree(cmd: Command, ints: dict[str, int], log: Log) -> None:
     """The draft tree is given whole or not at all (SGLang chooses it only when --speculative-num-steps is unset, and
     then asserts that top-k and draft tokens are unset too; a tree with steps and no top-k fails later). EAGLE's tree
     holds top-k + (steps - 1) * top-k^2 candidates; SGLang picks draft tokens - 1 of them."""
-    given = [cmd.last(option) for option in TREE_OPTIONS if cmd.last(option) is not None]
+    given = [item for option in TREE_OPTIONS if (item := cmd.last(option)) is not None]
     if given and len(given) < len(TREE_OPTIONS):
         missing = [var for option, var in TREE_OPTIONS.items() if cmd.last(option) is None]
         raise UsageError(
@@ -313,19 +295,16 @@ def _check_tree(cmd: Command, ints: dict[str, int], log: Log) -> None:
             "set all three (SPEC_NUM_STEPS, SPEC_EAGLE_TOPK, SPEC_NUM_DRAFT_TOKENS), or none to leave the tree to "
             "SGLang (it takes all three or none)",
         )
-    steps = ints.get("--speculative-num-steps")
-    topk = ints.get("--speculative-eagle-topk")
-    tokens = ints.get("--speculative-num-draft-tokens")
-    if steps is None or topk is None or tokens is None:
+    if not given:
         return
+    steps, topk, tokens = (ints[option] for option in TREE_OPTIONS)
     if topk == 1:
         if tokens != steps + 1:
             log.note(f"top-k 1: SGLang sets the draft tokens to steps + 1 = {steps + 1} (not {tokens})")
         return
     most = draft_tree_most(steps, topk)
     if tokens > most:
-        item = cmd.last("--speculative-num-draft-tokens")
         raise UsageError(
-            f"{item.label()} is out of range for steps {steps} and top-k {topk}",
+            f"{given[2].label()} is out of range for steps {steps} and top-k {topk}",
             f"allowed: 2 to {most} (1 + top-k + (steps - 1) * top-k^2: the candidates of the draft tree)",
         )

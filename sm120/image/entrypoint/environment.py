@@ -1,23 +1,9 @@
 """The container's environment against the variables the image reads: no silent typo, no key in plain sight.
 
-Before anything loads (also with --dry-run; not for --help, a tool or a program run instead of SGLang), every variable
-of the environment is judged, in this order:
-
-1. A key in a variable: a name that is, or is one edit from, a key file variable without its _FILE (API_KEY,
-   ADMIN_API_KEY), alone or in SGLang's namespace (SGLANG_API_KEY, SGLANG_ADMIN_API_KEY: SGLang's server reads
-   neither, it takes keys as options only), in any case and with or without underscores: exit 2, naming the file
-   variable to use instead; the value is never shown (errors.SECRETS holds it from the start).
-2. What a container normally carries passes, whatever it resembles (PASS_NAMES, PASS_PREFIXES, Kubernetes'
-   service variables): Docker's, NVIDIA's and CUDA's, NCCL's, Hugging Face's, SGLang's own SGLANG_* (their names
-   are SGLang's to choose: one that resembles ours is still SGLang's), Python's, the locale, LWS_*, torch's, Triton's,
-   OpenMP's, tini's, and the ones the image's Dockerfile sets.
-3. A near miss of a variable the image reads (read_by_image): the same name in another case, with an underscore
-   (or a hyphen) more or less, or one letter missing, extra, changed or swapped with its neighbour; or, for longer
-   names, one difflib finds as close (ratio >= CLOSE_RATIO): exit 2 naming both.
-4. A name in one of the image's own namespaces (OUR_PREFIXES: SM120_, SPEC_, DRAFT_, API_KEY, ADMIN_API_KEY) that
-   is not one of its variables: exit 2, naming the closest variable of that namespace.
-
-Anything else passes: a variable the image does not read and that resembles none of its own is someone else's.
+Every variable is judged before anything loads (also with --dry-run), in the order of problem(): a key in a
+variable (API_KEY, SGLANG_ADMIN_API_KEY, ... in any spelling: SGLang's server reads none of them) is refused with
+its value unshown; what a container normally carries passes (SGLang's own SGLANG_* too: their names are SGLang's);
+a near miss of a variable the image reads, or an unknown name in one of the image's namespaces, is refused.
 """
 
 from __future__ import annotations
@@ -65,11 +51,8 @@ EDIT_MIN_CHARS = 4  # one edit from a shorter name (HOST, PORT) is not a near mi
 
 
 def read_by_image(spec: EntrypointSpec | None) -> frozenset[str]:
-    """Every variable the image reads, from where each is defined: assemble.VARIABLES (the table --help shows,
-    the key files included), the plan's variable (presets), the GPU probe's, the JIT cache directories
-    (preflight.CACHE_VARIABLES, the Dockerfile's ENV), the key files the launcher reads (key_file.FILES), the
-    symmetric-memory limit the torch-symm-mem-sm120 patch reads (allreduce.report.ENV) and the variables of the
-    image's runtime rules (the plan's: a variable set there overrides its rule)."""
+    """Every variable the image reads, from the modules that define them, the symmetric-memory limit the
+    torch-symm-mem-sm120 patch reads, and the variables of the plan's runtime rules (set, they override a rule)."""
     names = {v.name for v in VARIABLES} | set(key_file.FILES) | {c.name for c in preflight.CACHE_VARIABLES}
     names |= {presets.VARIABLE, preflight.NVML_VARIABLE, preflight.VISIBLE_DEVICES, SYMM_MEM_VARIABLE}
     for rule in spec.runtime if spec is not None else ():
@@ -84,17 +67,12 @@ def _norm(name: str) -> str:
 
 def _one_edit(a: str, b: str) -> bool:
     """Whether a and b differ by one letter missing, extra or changed, or two neighbours swapped (or not at all)."""
-    if a == b:
-        return True
     if len(a) == len(b):
         diff = [i for i in range(len(a)) if a[i] != b[i]]
-        if len(diff) == 1:
-            return True
-        return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
-    if abs(len(a) - len(b)) != 1:
-        return False
-    short, long = (a, b) if len(a) < len(b) else (b, a)
-    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+        i = diff[0] if diff else 0
+        return len(diff) <= 1 or (diff == [i, i + 1] and a[i] == b[i + 1] and a[i + 1] == b[i])
+    short, long = sorted((a, b), key=len)
+    return len(long) - len(short) == 1 and any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
 def _ratio(name: str, known: str) -> float:
@@ -106,37 +84,28 @@ def _closest(name: str, names: Iterable[str]) -> str:
 
 
 def resembles(name: str, known: Iterable[str]) -> str | None:
-    """The variable `name` is a near miss of (rule 3), or None."""
+    """The variable `name` is a near miss of: another case, an underscore or hyphen more or less, one letter
+    missing, extra, changed or swapped; for longer names, difflib's ratio >= CLOSE_RATIO. Or None."""
     close = []
     for other in known:
         a, b = _norm(name), _norm(other)
         edit = a == b or (len(b) >= EDIT_MIN_CHARS and _one_edit(a, b))
-        ratio = len(other) >= CLOSE_MIN_CHARS and _ratio(name, other) >= CLOSE_RATIO
-        if edit or ratio:
+        if edit or (len(other) >= CLOSE_MIN_CHARS and _ratio(name, other) >= CLOSE_RATIO):
             close.append(other)
     return _closest(name, close) if close else None
 
 
-def _secret_files() -> dict[str, str]:
-    """The names of a key in plain sight -> the file variable to use instead: API_KEY -> API_KEY_FILE, ..."""
-    found = {}
-    for variable in key_file.FILES:
-        stem = variable.removesuffix("_FILE")
-        found[stem] = found["SGLANG_" + stem] = variable
-    return found
-
-
 def secret_file_for(name: str) -> str | None:
-    """The key file variable to use instead of `name`, where `name` holds a key in plain sight (rule 1)."""
-    stems = _secret_files()
+    """The key file variable to use instead of `name` (API_KEY -> API_KEY_FILE), where `name` holds a key."""
+    stems = {prefix + v.removesuffix("_FILE"): v for v in key_file.FILES for prefix in ("", "SGLANG_")}
     for stem in sorted(stems, key=len, reverse=True):
-        if _norm(name) == _norm(stem) or _one_edit(_norm(name), _norm(stem)):
+        if _one_edit(_norm(name), _norm(stem)):
             return stems[stem]
     return None
 
 
 def passes(name: str) -> bool:
-    """What a container normally carries (rule 2): never refused."""
+    """What a container normally carries: never refused."""
     return name in PASS_NAMES or name.startswith(PASS_PREFIXES) or _SERVICE.fullmatch(name) is not None
 
 
@@ -180,8 +149,3 @@ def check(environ: Mapping[str, str], spec: EntrypointSpec | None) -> None:
             parse_limits(limits)
     except SizeError as exc:
         raise UsageError(f"{SYMM_MEM_VARIABLE}={show(limits)}: {exc}; the patch would ignore it") from None
-
-
-def secret_variables(environ: Mapping[str, str]) -> list[str]:
-    """The variables that hold a key in plain sight (rule 1): their values go to errors.SECRETS first thing."""
-    return [name for name in environ if secret_file_for(name) is not None]

@@ -1,23 +1,19 @@
-"""Errors the entrypoint reports in at most three lines on stderr, without a traceback; its log; and the one
-redaction step every byte it writes passes through (SECRETS, Redacted).
-
-No secret in any output, by construction: main() replaces sys.stdout and sys.stderr with Redacted streams for the
-whole run, so every message, log line, `--help` and `--dry-run` text is written through SECRETS.redact, whatever
-code wrote it. SECRETS is fed with every secret the process knows, as soon as it knows it: the key files' contents
-(read first thing, before any check), the values that follow an option argparse would read as --api-key or
---admin-api-key (after `--`, in EXTRA_ARGS), the values of variables that hold a key in plain sight (API_KEY=...).
-"""
+"""One-line errors (at most three lines on stderr, no traceback), the log, and the one redaction step: main() wraps
+sys.stdout and sys.stderr in Redacted for the whole run, so whatever code writes passes through SECRETS.redact, fed
+with every secret as soon as the process knows it (key files, values after a key option, keys in variables)."""
 
 from __future__ import annotations
 
 import difflib
+import functools
+import itertools
 import json
 import re
 import sys
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import TextIO
 
-from .key_file import MASK
+from .key_file import MASK, Masked
 
 PROG = "entrypoint"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -29,19 +25,11 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
 
 
-def int_digits_limit() -> int:
-    """CPython's limit on the digits int() converts (4300 since 3.11 and 3.10.7; 0 means none)."""
-    getter = getattr(sys, "get_int_max_str_digits", None)
-    return getter() if getter is not None else 0
-
-
 def long_number(text: str) -> str | None:
     """'line N: a number of D digits' for the first number longer than int() converts (json and tomllib then
     raise a bare ValueError, not their decode error), or None."""
-    limit = int_digits_limit()
-    if not limit:
-        return None
-    match = re.search("[0-9_]{" + str(limit + 1) + ",}", text)
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()  # 4300 since 3.11 and 3.10.7; 0: no limit
+    match = re.search("[0-9_]{" + str(limit + 1) + ",}", text) if limit else None
     if match is None:
         return None
     line = text.count("\n", 0, match.start()) + 1
@@ -126,9 +114,6 @@ class Secrets:
             if len(form) >= SECRET_MIN_CHARS:
                 self._forms.add(form)
 
-    def __bool__(self) -> bool:
-        return bool(self._forms)
-
     def redact(self, text: str) -> str:
         """Every character covered by an occurrence of a secret (overlapping ones too) becomes part of one MASK
         per run: two secrets that overlap in the text leave no piece of either."""
@@ -142,20 +127,8 @@ class Secrets:
                 start = text.find(form, start + 1)
         if not any(covered):
             return text
-        out: list[str] = []
-        i = 0
-        while i < len(text):
-            if covered[i]:
-                while i < len(text) and covered[i]:
-                    i += 1
-                out.append(MASK)
-            else:
-                j = i
-                while j < len(text) and not covered[j]:
-                    j += 1
-                out.append(text[i:j])
-                i = j
-        return "".join(out)
+        runs = itertools.groupby(zip(text, covered, strict=True), key=lambda pair: pair[1])
+        return "".join(MASK if hit else "".join(c for c, _ in run) for hit, run in runs)
 
     def clear(self) -> None:
         self._forms.clear()
@@ -168,30 +141,4 @@ def redact(text: str) -> str:
     return SECRETS.redact(text)
 
 
-class Redacted:
-    """A text stream that writes whole lines through SECRETS.redact (a secret split over two write() calls is
-    still one line); flush() writes the rest. Everything else is the stream's (fileno, isatty, encoding, ...)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self._pending = ""
-
-    def write(self, text: str) -> int:
-        self._pending += text
-        if "\n" in self._pending:
-            head, _, self._pending = self._pending.rpartition("\n")
-            self.stream.write(redact(head + "\n"))
-        return len(text)
-
-    def writelines(self, lines: Iterable[str]) -> None:
-        for line in lines:
-            self.write(line)
-
-    def flush(self) -> None:
-        pending, self._pending = self._pending, ""  # taken first: a failing write does not write it twice
-        if pending:
-            self.stream.write(redact(pending))
-        self.stream.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.stream, name)
+Redacted = functools.partial(Masked, redact=redact)  # a text stream that writes whole lines through SECRETS.redact

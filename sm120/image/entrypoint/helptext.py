@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import textwrap
 
-from .assemble import VARIABLES
+from .assemble import TREE_OPTIONS, VARIABLES
 from .errors import UsageError
 from .key_file import SECRET_PATH
+from .rules import describe
 from .spec import EntrypointSpec
 from .tools import TOOLS
 
@@ -44,13 +45,8 @@ examples:
 def _mode_line(spec: EntrypointSpec, name: str) -> str:
     mode = spec.modes[name]
     preset = list(mode.args)
-    for key, option in (
-        ("spec_num_steps", "--speculative-num-steps"),
-        ("spec_eagle_topk", "--speculative-eagle-topk"),
-        ("spec_num_draft_tokens", "--speculative-num-draft-tokens"),
-    ):
-        if mode.draft and getattr(mode, key) is not None:
-            preset += [option, str(getattr(mode, key))]
+    if mode.draft and mode.draft_tree is not None:
+        preset += [token for option, n in zip(TREE_OPTIONS, mode.draft_tree, strict=True) for token in (option, str(n))]
     default = " (default)" if name == spec.default_mode else ""
     text = f"{mode.summary}{default}" + (f": {' '.join(preset)}" if preset else "")
     if mode.draft:
@@ -79,10 +75,8 @@ def render(spec: EntrypointSpec | None, plan_error: UsageError | None) -> str:
         out.append("")
         eagle = next((m for m in spec.modes.values() if m.draft), None)
         fmt = {"port": spec.port}
-        if eagle is not None:
-            for key in ("spec_num_steps", "spec_eagle_topk", "spec_num_draft_tokens"):
-                value = getattr(eagle, key)
-                fmt[key] = value if value is not None else "SGLang's choice; all three or none"
+        for var in TREE_OPTIONS.values() if eagle is not None else ():
+            fmt[var.lower()] = getattr(eagle, var.lower()) or "SGLang's choice; all three or none"
     out.append("environment variables (each checked; an empty value counts as unset, except PORT, which is refused):")
     for var in VARIABLES:
         try:
@@ -92,13 +86,10 @@ def render(spec: EntrypointSpec | None, plan_error: UsageError | None) -> str:
         out.append(_wrapped(f"  {var.name:<22} ", text + (f"  [{var.option}]" if var.option else "")))
     out.append("  precedence: presets < variables < EXTRA_ARGS < options after --\n")
     if spec is not None:
-        version = spec.sglang_version
-        out.append(f"runtime rules for sm_120 (SGLang {version}; SKIP_RUNTIME_RULES=NAME leaves one out):")
+        out.append(f"runtime rules for sm_120 (SGLang {spec.sglang_version}; SKIP_RUNTIME_RULES=NAME leaves one out):")
         for rule in spec.runtime:
-            what = " ".join([f"{k}={v}" for k, v in rule.env.items()] + rule.args)
-            when = ", ".join(rule.when)
             needs = f"; needs the {rule.requires.patch} change" if rule.requires else ""
-            out.append(_wrapped(f"  {rule.name:<18} ", f"{what}  [when: {when}{needs}]"))
+            out.append(_wrapped(f"  {rule.name:<18} ", f"{describe(rule)}  [when: {', '.join(rule.when)}{needs}]"))
         for entry in spec.left_out:
             out.append(_wrapped("  left out           ", f"{' '.join(entry.args)}: {entry.reason}"))
         out.append("")

@@ -1,25 +1,10 @@
-"""The API key SGLang serves with (`--api-key`), read from a file: API_KEY_FILE, e.g. a Docker, Compose or
-Kubernetes secret mounted at /run/secrets/NAME. Standard library only and no imports from this package: the
-entrypoint (api_key.py), the launcher in SGLang's interpreter (_with_api_key.py) and `build.py bench
---api-key-file` share this reader.
+"""The keys SGLang serves with, read from files (API_KEY_FILE, ADMIN_API_KEY_FILE: e.g. a secret mounted at
+/run/secrets/NAME), never from a variable (`docker inspect`) or a command line (`ps`); docs/security.md says why.
+Standard library only and no imports from this package: the entrypoint, its launcher in SGLang's interpreter
+(_with_api_key.py) and `build.py bench --api-key-file` share this reader.
 
-Why a file: a key in an environment variable shows in `docker inspect`, one on a command line in shell
-histories, CI logs and `ps`. SGLang 0.5.9 and 0.5.23 take the key only as `--api-key` (no variable, no file:
-srt/server_args.py), so the entrypoint starts SGLang through _with_api_key.py, which appends `--api-key=KEY`
-to SGLang's sys.argv inside the process: its command line (/proc/PID/cmdline, what `ps` and `docker top` show)
-never holds the key. Both releases log their ServerArgs at start-up with the key in it (0.5.9
-`server_args=ServerArgs(...)`, 0.5.23 `server_args={...}`, srt/entrypoints/engine.py): the launcher writes
-the key as MASK on the process's stdout and stderr. SGLang leaves /health*, /metrics (and 0.5.23 /ready*)
-open (srt/utils/auth.py), so the image's HEALTHCHECK needs no key.
-
-ADMIN_API_KEY_FILE is read the same way and reaches SGLang as `--admin-api-key=KEY` (both releases have the
-option: srt/utils/auth.py's admin-only and admin-optional routes want that key once it is set). With an API key
-and no admin key, the launcher passes an admin key nobody knows (secrets.token_urlsafe, generated in its process
-and never written anywhere), so the admin routes are closed rather than open to every API-key holder.
-
-The key's characters: ALPHABET only (what `openssl rand -hex`, `openssl rand -base64` and Python's
-secrets.token_urlsafe write). SGLang logs its ServerArgs with repr() (0.5.9) or JSON (0.5.23): a backslash or a
-quote would be written escaped there, and the launcher's mask, which looks for the key as it is, would miss it.
+A key's characters are ALPHABET only: SGLang logs its ServerArgs with repr() (0.5.9) or JSON (0.5.23), where a
+quote or a backslash would be escaped, past the launcher's mask, which looks for the key as it is.
 """
 
 from __future__ import annotations
@@ -28,6 +13,7 @@ import ipaddress
 import os
 import re
 import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -84,26 +70,23 @@ def _unreadable(path: str, exc: OSError) -> KeyFileError:
     return KeyFileError(f"cannot be read ({exc.strerror or exc})")
 
 
+def _read_bytes(path: str) -> bytes:
+    """Up to MAX_BYTES + 1 bytes of a regular file (O_NONBLOCK: a FIFO does not hang the entrypoint)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise KeyFileError("is not a regular file", "a key file holds the key alone, on one line")
+    with open(fd, "rb") as handle:
+        return handle.read(MAX_BYTES + 1)
+
+
 def read(path: str) -> ApiKey:
     """The key in `path`: one line of printable ASCII without spaces (what an HTTP header carries), at least
     MIN_CHARS long; surrounding whitespace (the newline `echo` writes) is dropped. Raises KeyFileError."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO does not hang the entrypoint
+        data = _read_bytes(path)
     except OSError as exc:
         raise _unreadable(path, exc) from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise KeyFileError("is not a regular file", "a key file holds the key alone, on one line")
-        data = b""
-        while len(data) <= MAX_BYTES:
-            chunk = os.read(fd, MAX_BYTES + 1 - len(data))
-            if not chunk:
-                break
-            data += chunk
-    except OSError as exc:
-        raise _unreadable(path, exc) from None
-    finally:
-        os.close(fd)
     if len(data) > MAX_BYTES:
         raise KeyFileError(f"is larger than {MAX_BYTES} bytes: not a key file", "it holds the key alone, on one line")
     text = data.strip(b" \t\r\n")
@@ -142,17 +125,9 @@ def candidates(path: str) -> list[str]:
     """What a key file holds, line by line, as secrets to keep out of every message: read whatever its checks
     would say (a file of two lines, of a bad character, ...), never raising. Empty when nothing is readable."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except (OSError, ValueError):
+        data = _read_bytes(path)
+    except (OSError, ValueError):  # KeyFileError too: not a regular file
         return []
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return []
-        data = os.read(fd, MAX_BYTES + 1)
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
     text = data.decode("utf-8", errors="replace")
     return [line.strip() for line in text.splitlines() if line.strip()]
 
@@ -176,19 +151,30 @@ def mask(text: str, *keys: str) -> str:
 
 
 class Masked:
-    """A text stream that writes MASK in place of the keys (SGLang's start-up log prints its ServerArgs)."""
+    """A text stream that writes whole lines through `redact` (a key split over two write() calls is still one
+    line); flush() writes the rest. Everything else is the stream's (fileno, isatty, encoding, ...)."""
 
-    def __init__(self, stream: TextIO, *keys: str) -> None:
-        self._stream = stream
-        self._keys = keys
+    def __init__(self, stream: TextIO, redact: Callable[[str], str]) -> None:
+        self.stream = stream
+        self._redact = redact
+        self._pending = ""
 
     def write(self, text: str) -> int:
-        self._stream.write(mask(text, *self._keys))
+        self._pending += text
+        if "\n" in self._pending:
+            head, _, self._pending = self._pending.rpartition("\n")
+            self.stream.write(self._redact(head + "\n"))
         return len(text)
 
-    def writelines(self, lines: Any) -> None:
+    def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
             self.write(line)
 
-    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, buffer, ...
-        return getattr(self._stream, name)
+    def flush(self) -> None:
+        pending, self._pending = self._pending, ""  # taken first: a failing write does not write it twice
+        if pending:
+            self.stream.write(self._redact(pending))
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)

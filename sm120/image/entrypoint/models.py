@@ -1,16 +1,10 @@
-"""Model directories: each holds a config.json; the draft is an EAGLE-3 drafter the target can feed.
-
-Read from config.json (and hf_quant_config.json) the way SGLang reads them, so a mistake shows in seconds
-instead of after a ten-minute load:
-- the draft's `architectures[0]` names an EAGLE-3 drafter (e.g. LlamaForCausalLMEagle3);
-- the drafter takes the target's hidden states: its `target_hidden_size` (else `hidden_size`) equals the
-  target's `hidden_size` (for multimodal wrappers such as Kimi-K2.5, `text_config.hidden_size`);
-- NVFP4: SGLang's ModelOpt parsing (configs/model_config.py `_parse_modelopt_quant_config`): a ModelOpt
-  `quant_algo` containing "FP4" is modelopt_fp4; MIXED_PRECISION with NVFP4 layers is modelopt_mixed.
-"""
+"""Model directories, read from config.json (and hf_quant_config.json) the way SGLang reads them, so a mistake shows
+in seconds instead of after a ten-minute load: the draft is an EAGLE-3 drafter that takes the target's hidden
+states; NVFP4 as SGLang's ModelOpt parsing finds it (configs/model_config.py `_parse_modelopt_quant_config`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -45,15 +39,13 @@ class Model:
         archs = self.config.get("architectures")
         return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
 
+    def configs(self) -> list[Mapping[str, Any]]:
+        """config.json's object, then its nested text configs (multimodal wrappers such as Kimi-K2.5)."""
+        return [c for c in (self.config, *map(self.config.get, _TEXT_CONFIGS)) if isinstance(c, Mapping)]
+
     def text_value(self, key: str) -> Any:
         """A key of the language model's config: top level first, else a nested text config."""
-        if key in self.config:
-            return self.config[key]
-        for nested in _TEXT_CONFIGS:
-            sub = self.config.get(nested)
-            if isinstance(sub, Mapping) and key in sub:
-                return sub[key]
-        return None
+        return next((c[key] for c in self.configs() if key in c), None)
 
 
 CONFIG_MAX_BYTES = 64 << 20  # a model's config.json is kilobytes; anything this large is not one
@@ -86,9 +78,7 @@ def first_blocked(path: Path) -> Path:
 def _exists(path: Path, item: Item) -> bool:
     try:
         os.stat(path)
-    except FileNotFoundError:
-        return False
-    except NotADirectoryError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     except PermissionError:
         raise UsageError(f"{item.label()}: {access_hint(first_blocked(path))}") from None
@@ -107,10 +97,9 @@ def _read_config(config_file: Path, item: Item) -> dict[str, Any]:
         ) from None
     except OSError as exc:
         raise UsageError(f"{label}: {config_file} cannot be read ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"{label}: {config_file} is a directory", "config.json must be the model's JSON file")
     if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{label}: {config_file} is not a regular file", "config.json must be the model's JSON file")
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise UsageError(f"{label}: {config_file} is {kind}", "config.json must be the model's JSON file")
     if st.st_size > CONFIG_MAX_BYTES:
         raise UsageError(f"{label}: {config_file} is {st.st_size} bytes, not a model's config.json (kilobytes)")
     try:
@@ -165,12 +154,9 @@ def mounted_dirs(mountinfo: str = "/proc/self/mountinfo") -> list[Path]:
 def _mounted_copy(value: str) -> Path | None:
     """A model directory (with config.json) that a repo-id-looking relative path names under a mount."""
     for root in mounted_dirs():
-        candidate = root / value
-        try:
-            if (candidate / "config.json").is_file():
-                return candidate
-        except OSError:
-            continue
+        with contextlib.suppress(OSError):
+            if (root / value / "config.json").is_file():
+                return root / value
     return None
 
 
@@ -192,11 +178,7 @@ def open_model(item: Item) -> Model:
         if value.startswith("~"):
             hint = "~ is not expanded (SGLang gets the path as written): give the full path"
         raise UsageError(f"{item.label()}: no such directory", hint)
-    try:
-        is_dir = path.is_dir()
-    except OSError:
-        is_dir = False
-    if not is_dir:
+    if not path.is_dir():  # os.stat answered in _exists
         raise UsageError(f"{item.label()}: is a file, not a directory", "give the directory that holds config.json")
     if not os.access(path, os.R_OK | os.X_OK):
         raise UsageError(f"{item.label()}: {access_hint(path)}")
@@ -218,12 +200,9 @@ def _modelopt_method(quant: Mapping[str, Any]) -> str | None:
     algo = algo if isinstance(algo, str) else ""
     if algo == "MIXED_PRECISION":
         layers = conf.get("quantized_layers")
-        layers = layers if isinstance(layers, Mapping) else {}
-        nvfp4 = any(
-            (info.get("quant_algo") if isinstance(info.get("quant_algo"), str) else "").upper()
-            in ("NVFP4", "W4A16_NVFP4")
+        nvfp4 = isinstance(layers, Mapping) and any(
+            isinstance(info, Mapping) and str(info.get("quant_algo")).upper() in ("NVFP4", "W4A16_NVFP4")
             for info in layers.values()
-            if isinstance(info, Mapping)
         )
         return "modelopt_mixed" if nvfp4 else "w4afp8"
     if "FP4" in algo:
@@ -231,23 +210,20 @@ def _modelopt_method(quant: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _quant_configs(model: Model) -> list[Mapping[str, Any]]:
+    return [q for c in model.configs() if isinstance(q := c.get("quantization_config"), Mapping)]
+
+
 def quantization(model: Model) -> str | None:
     """The quantization method SGLang would find for a local model ("modelopt_fp4", "fp8", ...), or None."""
     if model.path is None:
         return None
-    candidates = [model.config.get("quantization_config")]
-    candidates += [
-        sub.get("quantization_config") for k in _TEXT_CONFIGS if isinstance(sub := model.config.get(k), Mapping)
-    ]
-    for quant in candidates:
-        if isinstance(quant, Mapping):
-            method = quant.get("quant_method")
-            if method in (None, "modelopt"):
-                parsed = _modelopt_method(quant)
-                if parsed:
-                    return parsed
-            if isinstance(method, str):
-                return method
+    for quant in _quant_configs(model):
+        method = quant.get("quant_method")
+        if method in (None, "modelopt") and (parsed := _modelopt_method(quant)):
+            return parsed
+        if isinstance(method, str):
+            return method
     hf_quant = model.path / "hf_quant_config.json"
     try:
         if not hf_quant.is_file() or hf_quant.stat().st_size > CONFIG_MAX_BYTES:
@@ -323,11 +299,5 @@ def check_heads(model: Model, tp: int, role: str) -> None:
 
 def raw_quant_method(model: Model) -> str | None:
     """config.json's quantization_config.quant_method as SGLang reads it (lower-cased), or None."""
-    if model.path is None:
-        return None
-    for quant in [model.config.get("quantization_config")] + [
-        sub.get("quantization_config") for k in _TEXT_CONFIGS if isinstance(sub := model.config.get(k), Mapping)
-    ]:
-        if isinstance(quant, Mapping) and isinstance(quant.get("quant_method"), str):
-            return quant["quant_method"].lower()
-    return None
+    methods = [q["quant_method"] for q in _quant_configs(model) if isinstance(q.get("quant_method"), str)]
+    return methods[0].lower() if methods and model.path is not None else None

@@ -1,16 +1,7 @@
-"""SGLang options as items that remember where they came from, and the precedence between them.
-
-Precedence, lowest first: presets (build.toml's mode and runtime rules, the container defaults) < environment
-variables (MODEL_PATH, TP_SIZE, ..., then EXTRA_ARGS) < arguments after `--`. A higher layer that names an
-option removes that option from the lower layers, so the command holds one value per option (and a flag a
-preset added is gone once the user passes the option themselves).
-
-Without SGLang's parser at hand the items are found the way argparse reads them: an option starts at a token
-that begins with '-' (a negative number does not), and takes the tokens up to the next option as values.
-
-argparse also takes any unambiguous prefix of an option (`--tp 4` is `--tp-size 4`), which the checks here
-would not see: `check_spelling` refuses every abbreviation, from any layer, against the installed SGLang's own
-option list (else the options this entrypoint relies on).
+"""SGLang options as items that remember where they came from, and the precedence between them: presets (the
+mode, runtime rules, container defaults) < environment variables (MODEL_PATH, ..., then EXTRA_ARGS) < arguments
+after `--`; a higher layer that names an option removes it from the lower ones. Items are found as argparse reads
+them: an option starts at a token that begins with '-' (not a negative number) and takes the tokens up to the next.
 """
 
 from __future__ import annotations
@@ -55,6 +46,7 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+(\.\d*)?([eE][-+]?\d+)?$")
 
 USER = "argument after --"
 EXTRA = "EXTRA_ARGS"
+WHERE = {USER: "after --", EXTRA: "in EXTRA_ARGS"}  # the user's layers, as a message names them
 
 
 def is_option(token: str) -> bool:
@@ -72,10 +64,10 @@ class Item:
 
     tokens: list[str]
     source: str  # an environment variable, EXTRA_ARGS, USER, "preset <mode>", "rule <name>", "default"
-    option: str = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.option = canonical(self.tokens[0])
+    @property
+    def option(self) -> str:
+        return canonical(self.tokens[0])
 
     @property
     def values(self) -> list[str]:
@@ -85,28 +77,23 @@ class Item:
 
     @property
     def value(self) -> str | None:
-        values = self.values
-        return values[0] if values else None
+        return next(iter(self.values), None)
 
     def label(self) -> str:
         """Where the value came from, as an error message names it."""
         value = self.value
-        spelled = self.tokens[0].split("=", 1)[0]
-        shown = f" {show(value)}" if value is not None else ""
-        if self.source in (USER, EXTRA):
-            where = "after --" if self.source == USER else "in EXTRA_ARGS"
-            return f"{spelled}{shown} ({where})"
-        if self.source.isupper():  # an environment variable
+        spelled = self.tokens[0].split("=", 1)[0] + (f" {show(value)}" if value is not None else "")
+        if self.source != EXTRA and self.source.isupper():  # an environment variable
             return f"{self.source}={show(value)}"
-        return f"{spelled}{shown} ({self.source})"
+        return f"{spelled} ({WHERE.get(self.source, self.source)})"
 
 
 def group(tokens: list[str], source: str) -> list[Item]:
     """Tokens -> items; a value before any option is a mistake (SGLang takes no positional arguments)."""
     items: list[Item] = []
+    where = "after --" if source == USER else source
     for token in tokens:
         if token == "--":
-            where = "after --" if source == USER else source
             raise UsageError(
                 f"{where}: a second '--' (argparse would end SGLang's options there)",
                 "give SGLang's options after the first -- only, e.g. `eagle3 -- --mem-fraction-static 0.85`",
@@ -116,7 +103,6 @@ def group(tokens: list[str], source: str) -> list[Item]:
         elif items:
             items[-1].tokens.append(token)
         else:
-            where = "after --" if source == USER else source
             raise UsageError(
                 f"{where}: {show(token)} is not an option",
                 "SGLang takes options only, e.g. --mem-fraction-static 0.85",
@@ -143,11 +129,7 @@ class Command:
 
     def overriding(self, option: str) -> Item | None:
         """The user's item (after `--`, else EXTRA_ARGS) that names this option, if any."""
-        for layer in (self.user, self.extra):
-            for item in reversed(layer):
-                if item.option == option:
-                    return item
-        return None
+        return next((i for layer in (self.user, self.extra) for i in reversed(layer) if i.option == option), None)
 
     def items(self) -> list[Item]:
         named = {i.option for i in self.user}
@@ -172,7 +154,9 @@ class Command:
 
 
 def check_spelling(cmd: Command, known: Collection[str], version: str | None) -> None:
-    """Refuse an option spelled as a prefix of SGLang options (argparse would take it as an abbreviation)."""
+    """Refuse an option spelled as a prefix of SGLang options: argparse would take it as an abbreviation, which
+    the checks here would not see (`--tp 4` is `--tp-size 4`). Against the installed SGLang's options, else
+    RELIED_ON."""
     options = frozenset(known) or RELIED_ON
     whose = f"SGLang {version}" if version and known else "SGLang"
     for item in [*cmd.base, *cmd.extra, *cmd.user]:
@@ -194,8 +178,6 @@ def check_spelling(cmd: Command, known: Collection[str], version: str | None) ->
 
 
 def check_preset(args: list[str], source: str) -> None:
-    """What the entrypoint refuses in a preset at every start, checked on its args alone (for `build.py plan`, so
-    that no image is built that cannot start): a word where an option is expected, a second '--', an
-    abbreviation of an option the entrypoint knows (the installed SGLang's whole list is known only in the
-    image, where check_spelling runs again against it). Raises UsageError naming the source."""
+    """What the entrypoint refuses in a preset at every start, checked on its args alone for `build.py plan` (no
+    image is built that cannot start): a word where an option goes, a second '--', an abbreviation."""
     check_spelling(Command(base=group(list(args), source)), (), None)

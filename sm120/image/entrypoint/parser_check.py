@@ -1,9 +1,6 @@
-"""The final command parsed by the installed SGLang's own CLI parser, before a ten-minute model load.
-
-It runs in a child interpreter (this one: the image's venv python), so SGLang's import noise stays out of
-the entrypoint's output, and with CUDA_VISIBLE_DEVICES="" so the check never touches a GPU. An unknown
-option or a bad value is exit 2, naming where it came from; no SGLang here is a note, not an error.
-"""
+"""The final command parsed by the installed SGLang's own CLI parser, before a ten-minute model load: in a child
+interpreter (SGLang's import noise stays out of the entrypoint's output) with CUDA_VISIBLE_DEVICES="" (no GPU is
+touched). A refusal is exit 2, naming where the option came from; no SGLang here is a note, not an error."""
 
 from __future__ import annotations
 
@@ -11,23 +8,18 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from . import _parse_in_sglang
+from ._parse_in_sglang import MARK
 from .errors import Log, UsageError, redact, suggest
-from .options import Command, canonical
+from .options import Command, canonical, check_spelling
+from .sglang_source import InstalledSGLang
 
-SCRIPT = Path(__file__).with_name("_parse_in_sglang.py")
-MARK = "SM120-PARSE-RESULT "
+SCRIPT = Path(_parse_in_sglang.__file__)
 TIMEOUT_S = 300
-
-
-@dataclass(frozen=True)
-class Outcome:
-    checked: bool
-    summary: str  # one line for --dry-run's output
 
 
 def _culprit(cmd: Command, message: str) -> str:
@@ -40,22 +32,16 @@ def _culprit(cmd: Command, message: str) -> str:
     return ""
 
 
-def _unknown_hint(error: str, known: list[str]) -> str | None:
-    """'perhaps you meant --tp-size' for the first unrecognized option of an argparse message."""
-    match = re.search(r"unrecognized arguments: (\S+)", error)
-    if not match or not known:
-        return None
-    hint = suggest(match.group(1).split("=", 1)[0], known)
-    return hint.removeprefix("; ") or None
-
-
-def check(cmd: Command, found: bool, environ: Mapping[str, str], log: Log, relied_on: Collection[str] = ()) -> Outcome:
-    if not found:
-        summary = "SGLang is not importable here: the command was NOT checked by SGLang's parser"
-        log.note(summary)
-        return Outcome(False, summary)
-    env = dict(environ)
-    env["CUDA_VISIBLE_DEVICES"] = ""
+def check(
+    cmd: Command,
+    installed: InstalledSGLang | None,
+    environ: Mapping[str, str],
+    log: Log,
+    relied_on: Collection[str] = (),
+) -> str:
+    """One line for --dry-run's output: whether SGLang's parser accepts the command (else UsageError)."""
+    if installed is None:
+        return _said(log.note, "SGLang is not importable here: the command was NOT checked by SGLang's parser")
     try:
         run = subprocess.run(
             [sys.executable, str(SCRIPT)],
@@ -63,43 +49,44 @@ def check(cmd: Command, found: bool, environ: Mapping[str, str], log: Log, relie
             capture_output=True,
             text=True,
             timeout=TIMEOUT_S,
-            env=env,
+            env={**environ, "CUDA_VISIBLE_DEVICES": ""},
             check=False,
         )
     except subprocess.TimeoutExpired:
-        summary = f"SGLang's parser did not answer in {TIMEOUT_S} s: the command was NOT checked"
-        log.warn(summary)
-        return Outcome(False, summary)
+        return _said(log.warn, f"SGLang's parser did not answer in {TIMEOUT_S} s: the command was NOT checked")
     lines = [line for line in run.stdout.splitlines() if line.startswith(MARK)]
     if not lines:
         tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
-        summary = f"SGLang's parser failed to run ({tail}): the command was NOT checked"
-        log.warn(summary)
-        return Outcome(False, summary)
+        return _said(log.warn, f"SGLang's parser failed to run ({tail}): the command was NOT checked")
     try:
         result = json.loads(lines[-1][len(MARK) :])
     except ValueError:
         result = {"status": "unavailable", "error": "unreadable answer"}
-    version = result.get("version") or "?"
+    version = installed.version or "?"
     if result.get("status") == "rejected":
+        # an abbreviation (the parser takes none): refused as the entrypoint refuses one against its own list
+        check_spelling(cmd, result.get("options") or (), installed.version)
         error = str(result.get("error", "")).strip()
         culprit = _culprit(cmd, error)
         error = redact(error)  # before the cut: a piece of a secret is no longer one
-        short = error if len(error) <= 200 else error[:196] + " ..."
-        hint = _unknown_hint(error, list(result.get("options") or []))
+        unknown = re.search(r"unrecognized arguments: (\S+)", error)
+        hint = suggest(unknown.group(1).split("=", 1)[0], result.get("options") or []) if unknown else ""
         raise UsageError(
             f"SGLang {version} does not accept {culprit or 'the command'}",
-            f"its parser says: {short}",
-            *([hint] if hint else []),
+            f"its parser says: {error if len(error) <= 200 else error[:196] + ' ...'}",
+            *([hint.removeprefix("; ")] if hint else []),
         )
     if result["status"] == "unavailable":
-        summary = f"SGLang's parser could not be loaded ({result.get('error')}): the command was NOT checked"
-        log.warn(summary)
-        return Outcome(False, summary)
+        return _said(
+            log.warn, f"SGLang's parser could not be loaded ({result.get('error')}): the command was NOT checked"
+        )
     _same_reading(cmd, result.get("readings") or {}, version)
-    summary = f"the command is accepted by SGLang {version}'s own parser"
-    log.note(summary)
-    return Outcome(True, summary)
+    return _said(log.note, f"the command is accepted by SGLang {version}'s own parser")
+
+
+def _said(say: Callable[[str], None], summary: str) -> str:
+    say(summary)
+    return summary
 
 
 def _same_reading(cmd: Command, readings: Mapping[str, Any], version: str) -> None:

@@ -1,18 +1,14 @@
-"""Checks of the machine before SGLang starts (skipped by --dry-run, which never touches a GPU; it checks only
-CUDA_VISIBLE_DEVICES as a string: visible_devices).
-
-- GPUs, through NVML (libnvidia-ml.so.1, which the NVIDIA Container Toolkit mounts with `--gpus`) or else
-  `nvidia-smi`: none visible is an error that says `--gpus all`; fewer than this node needs is an error; a
-  compute capability other than the image's (12.x) is a warning that says what the image was compiled for.
-- /dev/shm: Docker gives 64 MB unless told otherwise; NCCL needs more across GPUs (--ipc=host or --shm-size).
-- The JIT cache directories (FlashInfer, Triton, tvm-ffi, inductor, ...) are writable by this user.
-"""
+"""Checks of the machine before SGLang starts (skipped by --dry-run, which touches no GPU and checks only
+CUDA_VISIBLE_DEVICES as a string): the GPUs through NVML (libnvidia-ml.so.1, which `--gpus` mounts) or else
+nvidia-smi, /dev/shm (Docker's 64 MB is too little for NCCL), the JIT caches, the port."""
 
 from __future__ import annotations
 
 import ctypes
 import errno
 import os
+import re
+import shutil
 import socket
 import stat
 import subprocess
@@ -22,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import Log, UsageError, show
-from .invocation import program_on_path
 from .models import first_blocked
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
@@ -100,7 +95,7 @@ def _nvml(library: str) -> list[Gpu] | None:
 
 def _nvidia_smi(environ: Mapping[str, str]) -> list[Gpu] | None:
     """The GPUs nvidia-smi lists; None when there is no nvidia-smi."""
-    exe = program_on_path("nvidia-smi", environ)
+    exe = shutil.which("nvidia-smi", path=environ.get("PATH"))
     if exe is None:
         return None
     try:
@@ -122,12 +117,8 @@ def _nvidia_smi(environ: Mapping[str, str]) -> list[Gpu] | None:
         fields = [f.strip() for f in line.split(",")]
         if len(fields) < 2 or not fields[0].isdigit():
             continue
-        cap = None
-        if len(fields) >= 3 and "." in fields[2]:
-            major, _, minor = fields[2].partition(".")
-            if major.isdigit() and minor.isdigit():
-                cap = (int(major), int(minor))
-        gpus.append(Gpu(int(fields[0]), fields[1], cap))
+        cap = re.fullmatch(r"(\d+)\.(\d+)", fields[2]) if len(fields) >= 3 else None
+        gpus.append(Gpu(int(fields[0]), fields[1], (int(cap[1]), int(cap[2])) if cap else None))
     return gpus
 
 
@@ -168,26 +159,18 @@ def visible_devices(environ: Mapping[str, str]) -> list[str] | None:
             f"CUDA_VISIBLE_DEVICES={show(visible)}: not GPU indices or UUIDs",
             "allowed: ASCII GPU indices or UUIDs, comma-separated, e.g. 0,1",
         )
-    twice = _named_twice(wanted)
-    if twice is not None:
-        raise UsageError(
-            f"CUDA_VISIBLE_DEVICES={show(visible)} names GPU {twice} twice",
-            "list each GPU once, e.g. 0,1 (TP_SIZE counts GPUs: the same card twice is not two)",
-        )
-    return wanted
-
-
-def _named_twice(wanted: list[str]) -> str | None:
-    """The first GPU the list names twice (index 1 and 01 are the same GPU), or None."""
     seen: set[str] = set()
-    for entry in wanted:
+    for entry in wanted:  # the first GPU named twice (index 1 and 01 are the same GPU)
         key = (entry.lstrip("0") or "0") if entry.isdigit() else entry.lower()
         if len(key) > 9 and entry.isdigit():
             raise UsageError(f"CUDA_VISIBLE_DEVICES: {show(entry)} is not a GPU index", "allowed: e.g. 0,1")
         if key in seen:
-            return entry
+            raise UsageError(
+                f"CUDA_VISIBLE_DEVICES={show(visible)} names GPU {entry} twice",
+                "list each GPU once, e.g. 0,1 (TP_SIZE counts GPUs: the same card twice is not two)",
+            )
         seen.add(key)
-    return None
+    return wanted
 
 
 def check_gpus(gpus: list[Gpu], needed: int, what: str, cuda_archs: list[str], log: Log) -> None:
@@ -246,27 +229,18 @@ def _writable(directory: Path) -> str | None:
     if not stat.S_ISDIR(st.st_mode):
         return f"{probe} is not a directory"
     try:
-        fd, name = tempfile.mkstemp(prefix=".sm120-probe-", dir=probe)
+        with tempfile.NamedTemporaryFile(prefix=".sm120-probe-", dir=probe):
+            return None
     except OSError as exc:
         return f"{probe}: {exc.strerror or exc}"
-    os.close(fd)
-    os.unlink(name)
-    return None
 
 
 def check_caches(cache_dir: str, environ: Mapping[str, str], log: Log) -> None:
-    dirs = [(f"the JIT cache directory {cache_dir}", cache_dir)]
-    dirs += [
-        (f"{var.name}={environ[var.name]}", environ[var.name])
-        for var in CACHE_VARIABLES
-        if var.jit and environ.get(var.name, "").strip()
-    ]
-    seen = set()
-    for label, value in dirs:
-        path = Path(value)
-        if path in seen:
-            continue
-        seen.add(path)
+    dirs = {Path(cache_dir): f"the JIT cache directory {cache_dir}"}
+    for var in CACHE_VARIABLES:
+        if var.jit and environ.get(var.name, "").strip():
+            dirs.setdefault(Path(environ[var.name]), f"{var.name}={environ[var.name]}")
+    for path, label in dirs.items():
         why = _writable(path)
         if why is not None:
             uid = os.getuid()
@@ -294,20 +268,19 @@ def check_port(host: str, port: int, what: str) -> None:
         try:
             sock.bind(address)
         except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise UsageError(
-                    f"{what}: port {port} on {host} is already in use (another server in this container or, "
-                    "with --network host, on the host)",
+            message, *hint = {
+                errno.EADDRINUSE: (
+                    f"port {port} on {host} is already in use (another server in this container or, with --network "
+                    "host, on the host)",
                     "stop it, or set PORT to a free port",
-                ) from None
-            if exc.errno == errno.EADDRNOTAVAIL:
-                raise UsageError(
-                    f"{what}: {host} is not an address of this container, so SGLang cannot listen on it",
+                ),
+                errno.EADDRNOTAVAIL: (
+                    f"{host} is not an address of this container, so SGLang cannot listen on it",
                     "allowed: 0.0.0.0 or :: (every interface), or one of the container's own addresses",
-                ) from None
-            if exc.errno == errno.EACCES:
-                raise UsageError(
-                    f"{what}: uid {os.getuid()} may not listen on port {port} (a port below 1024 needs privileges)",
+                ),
+                errno.EACCES: (
+                    f"uid {os.getuid()} may not listen on port {port} (a port below 1024 needs privileges)",
                     "set PORT to 1024 or above (the image's default is fine), or run with --user 0:0",
-                ) from None
-            raise UsageError(f"{what}: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+                ),
+            }.get(exc.errno, (f"cannot listen on {host}:{port} ({exc.strerror or exc})",))
+            raise UsageError(f"{what}: {message}", *hint) from None

@@ -1,8 +1,5 @@
-"""The presets baked into the image: plan.json's `entrypoint` key, read with the module the build wrote it with.
-
-The image build writes the whole plan to /etc/sglang-sm120/plan.json (`spec.PLAN_JSON_PATH`); SM120_PLAN names
-another file (tests). Both the whole plan and its `entrypoint` object alone are accepted.
-"""
+"""The presets baked into the image: plan.json's `entrypoint` key, from spec.PLAN_JSON_PATH or the file SM120_PLAN
+names (tests), read with the module the build wrote it with; the whole plan or its `entrypoint` object alone."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""build.toml's runtime rules for the image's SGLang track (what sm_120 needs), and the flags left out.
-
-A rule applies when all its conditions hold and, if it names a patch, when that patch's change is in the
-installed SGLang. The user overrides every rule: an environment variable they set wins over the rule's, an
-option they pass (EXTRA_ARGS or after `--`) replaces the rule's, and SKIP_RUNTIME_RULES=name drops a rule.
-"""
+"""build.toml's runtime rules for the image's SGLang track (what sm_120 needs), and the flags left out. The user
+overrides every rule: with a variable the rule sets, an option it passes, or SKIP_RUNTIME_RULES=name."""
 
 from __future__ import annotations
 
@@ -33,9 +29,8 @@ def skipped(spec: EntrypointSpec, environ: Mapping[str, str]) -> set[str]:
     return names
 
 
-def _describe(rule: RuntimeRuleSpec) -> str:
-    parts = [f"{k}={v}" for k, v in rule.env.items()] + ([" ".join(rule.args)] if rule.args else [])
-    return " ".join(parts)
+def describe(rule: RuntimeRuleSpec) -> str:
+    return " ".join([*(f"{k}={v}" for k, v in rule.env.items()), *rule.args])
 
 
 def apply(
@@ -57,7 +52,7 @@ def apply(
     facts = RuleFacts(tp=effective.tp, nnodes=effective.nnodes, nvfp4=nvfp4)
     applied = []
     for rule in spec.runtime:
-        what = f"sm_120 rule {rule.name} ({_describe(rule)})"
+        what = f"sm_120 rule {rule.name} ({describe(rule)})"
         if rule.name in skip:
             log.note(f"{what} skipped: SKIP_RUNTIME_RULES")
             continue

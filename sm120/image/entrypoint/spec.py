@@ -1,10 +1,6 @@
-"""The entrypoint's spec: the `entrypoint` key of the plan, written by the build and read by the image.
-
-One module for both sides, standard library only: `sm120.plan` builds an `EntrypointSpec` from build.toml
-(`Plan.to_dict` writes it into plan.json), and the image's entrypoint reads plan.json back with `decode`, into
-the very same classes. The runtime rules' conditions are defined here once: build.toml's schema
-(`sm120.config`) takes their names from `CONDITIONS`, the entrypoint their meaning.
-"""
+"""plan.json's `entrypoint` key, in one module for both sides: `sm120.plan` builds an EntrypointSpec from build.toml
+and the image's entrypoint decodes plan.json back into the same classes. The runtime rules' conditions are defined
+here once: build.toml's schema takes their names from CONDITIONS, the entrypoint their meaning."""
 
 from __future__ import annotations
 
@@ -43,8 +39,7 @@ class SpecError(ValueError):
 
 def draft_tree_most(steps: int, topk: int) -> int:
     """The most draft tokens an EAGLE draft tree of `steps` and `topk` can verify: its top-k + (steps - 1) * top-k^2
-    candidates plus the root (SGLang picks draft tokens - 1 candidates with torch.topk, speculative/eagle_utils.py).
-    The one statement of the bound: build.toml's presets, the entrypoint and bench's --spec-grid use it."""
+    candidates plus the root (SGLang picks draft tokens - 1 candidates with torch.topk, speculative/eagle_utils.py)."""
     return 1 + topk + (steps - 1) * topk * topk
 
 
@@ -62,11 +57,11 @@ class ModeSpec:
     draft_tree_reason: str | None  # where the draft tree comes from (None: not a draft mode)
 
     def __post_init__(self) -> None:
-        numbers = (self.spec_num_steps, self.spec_eagle_topk, self.spec_num_draft_tokens)
-        for name, value in zip(("spec_num_steps", "spec_eagle_topk", "spec_num_draft_tokens"), numbers, strict=True):
+        numbers = {name: getattr(self, name) for name in ("spec_num_steps", "spec_eagle_topk", "spec_num_draft_tokens")}
+        for name, value in numbers.items():
             if value is not None and value < 1:
                 raise SpecError(f".{name} is {value!r}, not an integer >= 1")
-        if any(v is not None for v in numbers) and not all(v is not None for v in numbers):
+        if None in numbers.values() and set(numbers.values()) != {None}:
             raise SpecError(".spec_num_steps, .spec_eagle_topk and .spec_num_draft_tokens are all set or all null")
         if self.draft and not self.draft_tree_reason:
             raise SpecError(".draft_tree_reason is missing for a draft mode")
@@ -74,9 +69,8 @@ class ModeSpec:
     @property
     def draft_tree(self) -> tuple[int, int, int] | None:
         """(steps, top-k, draft tokens) of the presets, or None: SGLang chooses the tree."""
-        if self.spec_num_steps is None or self.spec_eagle_topk is None or self.spec_num_draft_tokens is None:
-            return None
-        return self.spec_num_steps, self.spec_eagle_topk, self.spec_num_draft_tokens
+        tree = (self.spec_num_steps, self.spec_eagle_topk, self.spec_num_draft_tokens)
+        return None if None in tree else tree  # type: ignore[return-value]
 
     def describe_draft_tree(self) -> str:
         """One line for --help and --dry-run: which draft tree applies and why."""
@@ -161,8 +155,6 @@ class EntrypointSpec:
 
 
 T = TypeVar("T")
-
-
 _NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "a boolean", NoneType: "null"}
 
 

@@ -1,11 +1,6 @@
-"""Tool modes: a word that runs one of the image's own programs instead of SGLang's server.
-
-    docker run --gpus all --ipc=host IMAGE allreduce-sweep [OPTIONS]
-
-The program gets the arguments after the word as they are (its own `--help` explains them), the container's
-environment, and the environment of the runtime rules that turn on what it measures (a variable set in the
-container wins, as it does for the server).
-"""
+"""Tool modes: a word that runs one of the image's own programs instead of SGLang's server, with the arguments
+after the word as they are, the container's environment, and that of the runtime rules that turn on what it measures
+(a variable set in the container wins, as for the server): `docker run --gpus all --ipc=host IMAGE allreduce-sweep`."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -29,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return 0 if 200 <= response.status < 300 else 1
-    except (OSError, urllib.error.URLError) as exc:
+    except OSError as exc:  # urllib's URLError and HTTPError too
         sys.stderr.write(f"health: {url}: {getattr(exc, 'reason', exc)}\n")
         return 1
 

@@ -1,18 +1,11 @@
-"""T2 image suite: pytest + testinfra against containers of one image, expectations read from its labels.
+"""T2 image suite: pytest + testinfra against containers of one image, expectations read from its labels and plan.
 
     python3 build.py verify --image TAG           # the way to run it (prints a table, cleans up after itself)
-    SM120_IMAGE=TAG pytest sm120/verify/suite            # the same checks, plain pytest
+    SM120_IMAGE=TAG pytest sm120/verify/suite     # the same checks, plain pytest (without SM120_IMAGE: all skipped)
 
-Without SM120_IMAGE every check is skipped. Containers run without network and carry the label
-`sglang-sm120.verify=<run id>`; each fixture removes its own, and `build.py verify` removes any left over.
-
-Fixtures:
-- `image`: the image's configuration (sm120.verify.docker_env.ImageInfo); `expect`: its labels, parsed.
-- `box`: one long-running container of the image (`sleep infinity`, the image's user); `host` is testinfra's
-  view of it as that user, `root_host` as root. Checks that need a fresh container start their own.
-- `py(code, env={...}, root=False)`: run Python in the image's interpreter in `box` (as the image's user, or
-  root); the code calls `report(obj)`, and `py` returns obj (sent back as JSON on an `SM120-JSON ` line).
-- `REPORT`: facts the checks measured (versions, SASS archs, warnings); written to $SM120_VERIFY_REPORT.
+`box` is one long-running container of the image (`sleep infinity`, the image's user), `host` / `root_host`
+testinfra's view of it; `py(code)` runs Python in the image's interpreter there, the code calling `report(obj)`.
+REPORT holds the facts the checks measured (versions, SASS archs, warnings), written to $SM120_VERIFY_REPORT.
 """
 
 from __future__ import annotations
@@ -21,6 +14,7 @@ import functools
 import json
 import os
 import shlex
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,7 +54,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     path = os.environ.get("SM120_VERIFY_REPORT")
     if path and IMAGE:
-        Path(path).write_text(REPORT.to_json())
+        Path(path).write_text(REPORT.model_dump_json(indent=1))
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +71,7 @@ def dc():
 def image(dc) -> docker_env.ImageInfo:
     try:
         info = docker_env.inspect(dc, IMAGE)
-    except docker_env.NoSuchImage as exc:
+    except UsageError as exc:
         pytest.fail(str(exc), pytrace=False)
     REPORT.image_id, REPORT.size = info.id, info.size
     REPORT.profile = info.labels.get(f"{labels.namespace()}.profile", "")
@@ -100,9 +94,11 @@ def plan_of_image() -> Plan | None:
 def plan(dc, image) -> Plan:
     """The plan the image was built from (/etc/sglang-sm120/plan.json, resolved on the build's host)."""
     try:
-        return image_plan.read(dc, image.id)
+        plan = image_plan.read(dc, image.id)
     except UsageError as exc:
         pytest.fail(str(exc), pytrace=False)
+    REPORT.flashinfer = plan.flashinfer_prebuilt  # the census table beside the start-up decisions
+    return plan
 
 
 @pytest.fixture(scope="session")
@@ -117,13 +113,16 @@ def expect(image) -> labels.Expect:
 
 @pytest.fixture(scope="session")
 def start(dc, image) -> Iterator[Callable[..., Any]]:
-    """start(name_hint, **docker_env.start kwargs): a container of the image, removed at the end of the session."""
+    """start(name_hint, **containers.run kwargs: command, entrypoint, device_requests, ...): a detached container of
+    the image without network, labelled with the run id (build.py verify removes what is left), removed at the end of
+    the session."""
     started = []
 
     def _start(name_hint: str, **kwargs: Any):
-        container = docker_env.start(dc, image.id, RUN_ID, name_hint=name_hint, **kwargs)
-        started.append(container)
-        return container
+        name = f"sm120-verify-{RUN_ID}-{name_hint}-{uuid.uuid4().hex[:4]}"
+        run = {"detach": True, "network_mode": "none", "labels": {docker_env.run_label(): RUN_ID}, "name": name}
+        started.append(dc.containers.run(image.id, **run, **kwargs))
+        return started[-1]
 
     yield _start
     for container in started:
@@ -158,16 +157,14 @@ def last_json(stdout: str) -> Any:
 
 @pytest.fixture(scope="session")
 def py(image, host, root_host) -> Callable[..., Any]:
-    """py(code, env={}, user='root'|None): run code in the image's Python in `box`; it reports by calling
-    `report(obj)` (defined for it), whose JSON is returned. A non-zero exit fails the calling check."""
-
+    """py(code, env={}, root=False, check=True): run code in the image's Python in `box` (as root: root=True); it
+    reports by calling `report(obj)` (defined for it), whose JSON is returned. A non-zero exit fails the check."""
     prelude = f"def report(obj):\n    import json\n    print({MARK!r} + json.dumps(obj), flush=True)\n"
 
     def _py(code: str, *, env: dict[str, str] | None = None, root: bool = False, check: bool = True) -> Any:
-        target = root_host if root else host
-        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
-        cmd = f"{'env ' + prefix + ' ' if prefix else ''}{shlex.quote(image.python)} -c {shlex.quote(prelude + code)}"
-        result = target.run(cmd)
+        pairs = [f"{k}={v}" for k, v in (env or {}).items()]
+        argv = [*(["env", *pairs] if pairs else []), image.python, "-c", prelude + code]
+        result = (root_host if root else host).run(shlex.join(argv))
         if check and result.rc != 0:
             tail = " | ".join([ln for ln in result.stderr.strip().splitlines() if ln.strip()][-4:])
             pytest.fail(f"{image.python} exited {result.rc}: {tail}", pytrace=False)

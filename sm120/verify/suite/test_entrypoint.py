@@ -120,7 +120,7 @@ ODD_INPUT = [
 
 
 @pytest.mark.parametrize("args, env, says", [c[1:] for c in ODD_INPUT], ids=[c[0] for c in ODD_INPUT])
-def test_issue15_bad_input_in_the_image(args, env, says, box, image, models, odd_models, image_uid):
+def test_bad_input_is_refused_in_the_image(args, env, says, box, image, models, odd_models, image_uid):
     env = {**models, **{k: odd_models.get(v, v) for k, v in env.items()}}
     rc, _stdout, stderr = entrypoint(box, image, args, env)
     lines = [line for line in stderr.splitlines() if line.strip()]
@@ -184,7 +184,7 @@ def test_variables_a_container_carries_pass_in_the_image(box, image, models):
 
 
 @pytest.mark.parametrize("env, says", [c[1:] for c in ROUND3], ids=[c[0] for c in ROUND3])
-def test_issue24_bad_input_in_the_image(env, says, box, image, models):
+def test_bad_listen_and_node_values_are_refused_in_the_image(env, says, box, image, models):
     rc, _stdout, stderr = entrypoint(box, image, ["baseline", "--dry-run"], {**models, **env})
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert rc == 2, f"{env} exited {rc}: {stderr.strip()[-300:]}"
@@ -195,7 +195,7 @@ def test_issue24_bad_input_in_the_image(env, says, box, image, models):
     assert "k3y-in-plain-sight" not in stderr + _stdout
 
 
-def test_issue24_a_kubernetes_node0_name_passes_in_the_image(box, image, models):
+def test_a_kubernetes_node0_name_passes_in_the_image(box, image, models):
     env = {**models, "NNODES": "2", "TP_SIZE": "2", "DIST_INIT_ADDR": "sglang-0.sglang.default:5000"}
     rc, stdout, stderr = entrypoint(box, image, ["baseline", "--dry-run"], env)
     assert rc == 0, stderr.strip()[-600:]
@@ -203,7 +203,7 @@ def test_issue24_a_kubernetes_node0_name_passes_in_the_image(box, image, models)
     assert startup.option_value(args, "--dist-init-addr") == "sglang-0.sglang.default:5000"
 
 
-def test_issue24_brackets_are_what_the_images_server_cannot_bind(py):
+def test_brackets_are_what_the_images_server_cannot_bind(py):
     """Why a bracketed HOST is refused: uvicorn's asyncio server resolves the host with getaddrinfo, which takes
     127.0.0.1 but not [127.0.0.1] (in the image's Python, with its uvicorn's own loop call)."""
     found = py(
@@ -281,8 +281,8 @@ def _sm120_watch():
         "sglang_ran": "sglang.srt.server_args" in sys.modules,
         "in_cmdline": key in cmdline,
         "in_environ": any(key in v for v in os.environ.values()),
-        # hide_keys.py's middleware on SGLang's app: /server_info answers without the keys. Without a GPU the app's
-        # module loads on 0.5.23; 0.5.9's stops at sgl_kernel (no libcuda), SGLang's own start with it.
+        # _with_api_key.py's HideKeys middleware on SGLang's app: /server_info answers without the keys. Without a
+        # GPU the app's module loads on 0.5.23; 0.5.9's stops at sgl_kernel (no libcuda), SGLang's own start with it.
         "app_loaded": "sglang.srt.entrypoints.http_server" in sys.modules,
         "keys_hidden": any(
             getattr(m.cls, "__name__", "") == "HideKeys"

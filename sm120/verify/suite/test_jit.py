@@ -138,6 +138,53 @@ def test_flashinfer_jit_builds_and_loads_a_module_for_sm_120(py, image, expect, 
     assert f"{arch}a" in archs, f"FlashInfer's JIT built {archs}, not {arch}a"
 
 
+# FlashInfer's prebuilt modules (build.toml profiles.*.flashinfer_prebuilt; docker/stages/flashinfer_prebuilt.py): as
+# the image's user, with nvcc off PATH and FlashInfer's JIT disabled, FlashInfer's own generator makes the module's
+# spec, finds it prebuilt (JitSpec.is_aot) and loads it without compiling. The arch list is what FlashInfer derives
+# on an sm_120 GPU (the census's); there being no GPU, it is the one thing given.
+FLASHINFER_PREBUILT = """
+import importlib, json, shutil
+import flashinfer
+from flashinfer.jit import env as jit_env
+manifest = json.loads((jit_env.FLASHINFER_AOT_DIR / "sm120-prebuilt.json").read_text())
+out = {"nvcc": shutil.which("nvcc"), "installed": flashinfer.__version__, "manifest": manifest, "modules": {}}
+for name, entry in manifest["modules"].items():
+    module, _, function = entry["gen"].partition(":")
+    spec = getattr(importlib.import_module(module), function)()
+    loaded = spec.build_and_load()
+    out["modules"][name] = {"is_aot": spec.is_aot, "path": str(spec.get_library_path()), "loaded": loaded is not None,
+                            "compiled": spec.build_dir.exists()}
+report(out)
+"""
+
+
+def test_flashinfer_loads_its_prebuilt_modules_without_compiling(py, image, plan, box, tmp_path):
+    prebuilt = plan.flashinfer_prebuilt
+    if not prebuilt["modules"]:
+        pytest.skip(f"the plan prebuilds no FlashInfer module: {prebuilt['note'] or 'none chosen in build.toml'}")
+    env = {
+        "PATH": "/opt/venv/bin:/usr/bin:/bin",
+        "FLASHINFER_DISABLE_JIT": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+        "FLASHINFER_CUDA_ARCH_LIST": prebuilt["arch_list"],
+    }
+    out = py(FLASHINFER_PREBUILT, env=env)
+    assert out["nvcc"] is None, f"nvcc is still on PATH ({out['nvcc']}): the check would not prove a load"
+    assert out["manifest"]["flashinfer"] == out["installed"] == prebuilt["flashinfer"], (
+        f"prebuilt for FlashInfer {out['manifest']['flashinfer']}, {out['installed']} installed, the plan pins "
+        f"{prebuilt['flashinfer']}"
+    )
+    wanted = sorted(m["name"] for m in prebuilt["modules"])
+    assert sorted(out["modules"]) == wanted, f"the image prebuilt {sorted(out['modules'])}, the plan says {wanted}"
+    site = f"{image.env.get('VIRTUAL_ENV', '/opt/venv')}/lib/"
+    for name, module in out["modules"].items():
+        assert module["is_aot"] and module["loaded"], f"{name}: FlashInfer did not find it prebuilt ({module})"
+        assert module["path"].startswith(site), f"{name}: loaded from {module['path']}, not from site-packages"
+        assert not module["compiled"], f"{name}: FlashInfer wrote a JIT build directory for it"
+        archs = elf.sass_archs(docker_env.copy_out(box, module["path"], tmp_path)).archs
+        assert any(a.rstrip("af") == "sm_120" for a in archs), f"{name} holds {archs}, no sm_120 code"
+
+
 # Triton's first use builds a small Python C extension (its CUDA launcher) with the system C compiler and the
 # Python headers, into TRITON_CACHE_DIR: the same function, on a module that needs no driver.
 TRITON_C_EXTENSION = r"""

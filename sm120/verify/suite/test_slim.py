@@ -1,4 +1,4 @@
-"""T2: what the runtime image leaves out (its plan's not_shipped: build.toml [[tracks.*.not_shipped]], each with its
+"""T2: what the runtime image leaves out (its plan's not_shipped: build.toml [[not_shipped]], each with its
 reason and source) is not in the image, and FlashInfer cannot fetch kernels from the network at run time.
 
 That serving needs none of it is shown elsewhere: SGLang's start-up on the sm_120 persona opens and imports none of
