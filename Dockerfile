@@ -107,7 +107,8 @@ RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip 
 FROM sglang AS flashinfer-prebuilt
 ARG FLASHINFER_PREBUILT
 COPY docker/stages/flashinfer_prebuilt.py /opt/build/
-RUN --mount=type=secret,id=build_jobs python /opt/build/flashinfer_prebuilt.py /opt/prebuilt
+RUN --mount=type=secret,id=build_jobs . /opt/build/common.sh && load_build_jobs \
+ && MAX_JOBS=${FLASHINFER_MAX_JOBS:-$(nproc)} python /opt/build/flashinfer_prebuilt.py /opt/prebuilt
 
 # ---- kernels: the flash-attn wheel added to that environment (its dependencies are already there).
 FROM sglang AS kernels

@@ -9,7 +9,8 @@ and the arch list: `build.py verify` and the entrypoint compare it with the Flas
 
     FLASHINFER_PREBUILT=JSON python3 flashinfer_prebuilt.py OUT_DIR    # the plan's (sm120/plan/prebuilt.py)
 
-Parallelism: FLASHINFER_MAX_JOBS from the BuildKit secret build_jobs (docker/stages/common.sh), else every CPU.
+Parallelism: MAX_JOBS, which the Dockerfile sets from FLASHINFER_MAX_JOBS of the BuildKit secret build_jobs (read
+by docker/stages/common.sh's load_build_jobs), else FlashInfer's own default.
 """
 
 from __future__ import annotations
@@ -23,17 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MANIFEST = "sm120-prebuilt.json"
-
-
-def _jobs() -> str:
-    secret = Path(os.environ.get("BUILD_JOBS_FILE", "/run/secrets/build_jobs"))
-    if secret.is_file():
-        for line in secret.read_text().splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "FLASHINFER_MAX_JOBS" and value.strip().isdigit():
-                return value.strip()
-    return str(os.cpu_count() or 1)
+MANIFEST = "sm120-prebuilt.json"  # what sm120/image/entrypoint/prebuilt.py reads (a T0 test runs both)
 
 
 def main(out: Path) -> int:
@@ -45,7 +36,6 @@ def main(out: Path) -> int:
         os.environ.update(
             FLASHINFER_CUDA_ARCH_LIST=plan["arch_list"],
             FLASHINFER_WORKSPACE_BASE=tempfile.mkdtemp(prefix="flashinfer-"),
-            MAX_JOBS=_jobs(),
         )
         import flashinfer
 
@@ -63,7 +53,8 @@ def main(out: Path) -> int:
             print(f"[flashinfer-prebuilt] {entry['gen']} made {spec.name!r}, not {entry['name']!r}", file=sys.stderr)
             return 1
         started = time.monotonic()
-        print(f"[flashinfer-prebuilt] {spec.name}: {len(spec.sources)} sources, MAX_JOBS={os.environ['MAX_JOBS']}")
+        jobs = os.environ.get("MAX_JOBS", "FlashInfer's default")
+        print(f"[flashinfer-prebuilt] {spec.name}: {len(spec.sources)} sources, MAX_JOBS={jobs}")
         spec.build(verbose=False)
         target = out / spec.name / f"{spec.name}.so"
         target.parent.mkdir(parents=True, exist_ok=True)

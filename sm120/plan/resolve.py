@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import posixpath
 import subprocess
 from pathlib import Path
@@ -125,13 +124,18 @@ def _build_jobs(max_jobs: int, nvcc_threads: int, compiling: list[str]) -> dict[
 
 
 def _flashinfer_jobs(
-    machine: res.Resources, fraction: float, fa_memory: float, fi_prebuilt: dict[str, Any], max_jobs: int | None
-) -> str:
-    """FlashInfer's prebuilt modules compile beside flash-attn (one nvcc thread a job): the memory flash-attn's jobs
-    leave, per the largest job of the modules chosen (the fused MoE's: 10.9 GB), within the CPUs and --max-jobs."""
-    need = prebuilt.job_memory_gib(fi_prebuilt)
-    jobs = math.floor((machine.memory_gib * fraction - fa_memory) / need) if need else machine.cpus
-    return str(max(1, min(jobs, machine.cpus, max_jobs or machine.cpus)))
+    machine: res.Resources, fraction: float, fa_memory: float, fi_prebuilt: dict[str, Any]
+) -> res.Parallelism:
+    """FlashInfer's prebuilt modules compile beside flash-attn, one nvcc thread a job: the rule for compile jobs
+    (resources.parallelism) on the memory flash-attn's jobs leave, per the largest job of the modules chosen."""
+    left = max(0.0, machine.memory_gib * fraction - fa_memory)
+    return res.parallelism(
+        dataclasses.replace(machine, memory_bytes=int(left * res.GIB)),
+        job_memory_gib=prebuilt.job_memory_gib(fi_prebuilt) or 1e-9,  # no module: the CPUs decide
+        memory_fraction=1.0,
+        nvcc_threads_max=1,
+        gencode_targets=1,
+    )  # at least one job: the modules are small beside flash-attn's, and the stage is short
 
 
 def _flash_attn(config: Config, track: Track, kernels: FlashAttnKernels) -> FlashAttn:
@@ -310,9 +314,8 @@ def resolve(
         profile_settings.flashinfer_prebuilt, track.flashinfer, f"profiles.{profile_name}.flashinfer_prebuilt"
     )
     fa_memory = int(build_jobs["FLASH_ATTN_MAX_JOBS"]) * parallelism.nvcc_threads * job_memory_gib
-    build_jobs["FLASHINFER_MAX_JOBS"] = _flashinfer_jobs(
-        machine, figures.memory_fraction, fa_memory, fi_prebuilt, max_jobs
-    )
+    fi_jobs = _flashinfer_jobs(machine, figures.memory_fraction, fa_memory, fi_prebuilt)
+    build_jobs["FLASHINFER_MAX_JOBS"] = str(min(fi_jobs.max_jobs, max_jobs or fi_jobs.max_jobs))
 
     plan = Plan(
         profile=profile_name,

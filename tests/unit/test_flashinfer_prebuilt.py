@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -78,11 +77,11 @@ def test_the_default_tracks_release_leaves_nothing_to_compile_and_offline_proves
     assert int(plan.build_jobs["FLASHINFER_MAX_JOBS"]) >= 1
 
 
-def test_the_build_arg_is_what_the_stage_writes_into_its_manifest(tmp_path, monkeypatch):
+def test_the_stage_writes_from_the_build_arg_the_manifest_the_entrypoint_reads(tmp_path, monkeypatch, installed):
     chosen = prebuilt.resolve([], FLASHINFER, "k")
     monkeypatch.setenv("FLASHINFER_PREBUILT", json.dumps(chosen))
     assert stage().main(tmp_path / "aot") == 0  # no module: FlashInfer is not even imported
-    manifest = json.loads((tmp_path / "aot" / "sm120-prebuilt.json").read_text())
+    manifest = json.loads((tmp_path / "aot" / at_start.MANIFEST).read_text())
     assert manifest == {
         "flashinfer": FLASHINFER,
         "arch_list": "12.0f",
@@ -90,19 +89,18 @@ def test_the_build_arg_is_what_the_stage_writes_into_its_manifest(tmp_path, monk
         "note": "",
         "modules": {},
     }
-
-
-@pytest.mark.parametrize(("secret", "jobs"), [("FLASHINFER_MAX_JOBS=3\nNVCC_THREADS=1\n", "3"), ("X=1\n", None)])
-def test_the_stage_takes_its_jobs_from_the_build_jobs_secret(tmp_path, monkeypatch, secret, jobs):
-    (tmp_path / "jobs").write_text(secret)
-    monkeypatch.setenv("BUILD_JOBS_FILE", str(tmp_path / "jobs"))
-    assert stage()._jobs() == (jobs or str(os.cpu_count() or 1))
+    log = Log()
+    at_start.check(log, tmp_path / "aot")
+    assert log.lines() == [
+        "FlashInfer modules for sm_120: none prebuilt; compiled at first use, where the model takes them "
+        f"(docs/first-start): {', '.join(CENSUS)}"
+    ]
 
 
 def _manifest(directory: Path, built: str, modules: list[str], left: list[str], note: str = "") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     data = {"flashinfer": built, "arch_list": "12.0f", "modules": {m: {} for m in modules}}
-    (directory / "sm120-prebuilt.json").write_text(json.dumps({**data, "first_start_builds": left, "note": note}))
+    (directory / at_start.MANIFEST).write_text(json.dumps({**data, "first_start_builds": left, "note": note}))
     return directory
 
 

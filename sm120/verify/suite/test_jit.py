@@ -9,6 +9,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
+from sm120.image.entrypoint import prebuilt as prebuilt_module
 from sm120.image.entrypoint.preflight import CACHE_VARIABLES
 from sm120.verify import docker_env, elf
 
@@ -146,7 +147,7 @@ FLASHINFER_PREBUILT = """
 import importlib, json, shutil
 import flashinfer
 from flashinfer.jit import env as jit_env
-manifest = json.loads((jit_env.FLASHINFER_AOT_DIR / "sm120-prebuilt.json").read_text())
+manifest = json.loads((jit_env.FLASHINFER_AOT_DIR / MANIFEST).read_text())
 out = {"nvcc": shutil.which("nvcc"), "installed": flashinfer.__version__, "manifest": manifest, "modules": {}}
 for name, entry in manifest["modules"].items():
     module, _, function = entry["gen"].partition(":")
@@ -168,7 +169,7 @@ def test_flashinfer_loads_its_prebuilt_modules_without_compiling(py, image, plan
         "CUDA_VISIBLE_DEVICES": "",
         "FLASHINFER_CUDA_ARCH_LIST": prebuilt["arch_list"],
     }
-    out = py(FLASHINFER_PREBUILT, env=env)
+    out = py(f"MANIFEST = {prebuilt_module.MANIFEST!r}\n{FLASHINFER_PREBUILT}", env=env)
     assert out["nvcc"] is None, f"nvcc is still on PATH ({out['nvcc']}): the check would not prove a load"
     assert out["manifest"]["flashinfer"] == out["installed"] == prebuilt["flashinfer"], (
         f"prebuilt for FlashInfer {out['manifest']['flashinfer']}, {out['installed']} installed, the plan pins "
