@@ -38,13 +38,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 ROOT = Path(__file__).resolve().parent.parent
-CENSUS = ROOT / "sm120" / "plan" / "flashinfer_census.toml"
+sys.path.insert(0, str(ROOT))
+
+from sm120.plan import tomllib  # noqa: E402 (standard library only: runs where pydantic is absent)
+from sm120.plan.prebuilt import CENSUS  # noqa: E402
+
 STATE = "census_state.json"  # in a module's build dir: the CPU and wall time of earlier, stopped runs
 GIB = 1024**3
 
@@ -288,15 +287,11 @@ PACKED = re.compile(
 )
 
 
-def _packed(name: str) -> bool:
-    return PACKED.fullmatch(name) is not None
-
-
 def cmd_pack(args: argparse.Namespace) -> int:
     count = size = 0
     with zipfile.ZipFile(args.wheel) as wheel, tarfile.open(args.out, "w:xz") as tar:
         for member in wheel.infolist():
-            if member.is_dir() or not _packed(member.filename):
+            if member.is_dir() or not PACKED.fullmatch(member.filename):
                 continue
             info = tarfile.TarInfo(member.filename)
             info.size = member.file_size

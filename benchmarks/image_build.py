@@ -29,8 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD_PY = [sys.executable, str(ROOT / "build.py")]
 STEP = re.compile(r"^#\d+ \[(?P<stage>[\w.-]+) (?P<n>\d+)/(?P<m>\d+)\] (?P<what>.*)$")
 MIB = 1 << 20
-# The size target of every track's offline runtime image: half of SGLang's own runtime image (20 GB, its PR #13861),
-# by leaving out only what sm_120 never loads (build.toml [[not_shipped]]). A figure here, not a test.
+# The size target of every track's offline runtime image (docs/building.md says why): a figure here, not a test.
 SIZE_TARGET_MIB = 10_240
 
 

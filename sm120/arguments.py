@@ -42,9 +42,7 @@ positive_int = integer(1)
 
 def positive_float(text: str) -> float:
     """A positive, finite number in plain ASCII decimal (float() also takes 'inf', '1_0' and other digits)."""
-    if not re.fullmatch(r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", text):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number such as 30 or 0.5, got {shown(text)}")
-    value = float(text)
+    value = float(text) if re.fullmatch(r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", text) else math.nan
     if not (math.isfinite(value) and value > 0):
         why = " (it is read as 0: too small for a double)" if value == 0 and re.search("[1-9]", text) else ""
         raise argparse.ArgumentTypeError(f"must be a positive finite number such as 30 or 0.5, got {shown(text)}{why}")

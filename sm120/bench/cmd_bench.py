@@ -31,11 +31,9 @@ from tqdm import tqdm
 
 from sm120 import errors
 from sm120.arguments import add_config_args, integer, positive_float, positive_int
-from sm120.bench import docker_runner, grid, probe, report, serving, sweep
-from sm120.bench import prompts as prompts_mod
+from sm120.bench import docker_runner, grid, probe, prompts, report, serving, sweep
 from sm120.bench.results import BASELINE, LOCK_NAME, Label, Results, SaveFailed, open_results, writer_lock
-from sm120.build import image_ref
-from sm120.build.docker_client import image as docker_image
+from sm120.build import docker_client, image_ref
 from sm120.errors import CheckFailed, UsageError, suggest
 from sm120.image.entrypoint import key_file
 from sm120.image.entrypoint.errors import SECRETS
@@ -43,7 +41,6 @@ from sm120.plan import image_plan, resolve
 from sm120.plan.plan_types import Plan
 from sm120.verify import gpu_ids
 
-DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64"
 MAX_CONCURRENCY = 4096
 
 
@@ -69,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--concurrency",
         metavar="LIST",
-        default=DEFAULT_CONCURRENCY,
+        default="1,2,4,8,16,32,64",
         help="concurrent requests, one point each (default: %(default)s)",
     )
     m.add_argument("--runs", type=positive_int, default=3, metavar="N", help="runs per point (default: %(default)s)")
@@ -153,21 +150,6 @@ def concurrency_list(text: str) -> list[int]:
     return sorted(values)
 
 
-def check_out_dir(out_dir: Path) -> None:
-    """--out must be a directory this user can write bench.json into: found before the first request."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".bench-probe-"):
-            pass
-    except FileExistsError:
-        raise UsageError(f"--out {out_dir}: not a directory") from None
-    except OSError as exc:
-        raise UsageError(f"--out {out_dir}: cannot write into it ({exc.strerror or exc})") from None
-    for name in ("bench.json", "bench.md", "bench.png"):
-        if (out_dir / name).exists() and not (out_dir / name).is_file():
-            raise UsageError(f"--out {out_dir}: {out_dir / name} is not a file")
-
-
 def read_api_key(path: str | None) -> key_file.ApiKey | None:
     """--api-key-file: the entrypoint's checks (sm120/image/entrypoint/key_file.py). The value given is never shown:
     a key pasted where its file's path goes would be printed."""
@@ -187,18 +169,6 @@ def read_api_key(path: str | None) -> key_file.ApiKey | None:
 _USERINFO = re.compile(r"^([^:/?#]*://)?([^/?#]*)@")
 
 
-def endpoint_secrets(text: str) -> bool:
-    """--endpoint's user info (http://USER:PASSWORD@host) goes to SECRETS, as given and percent-decoded, before
-    anything quotes the URL. Whether the URL holds any."""
-    match = _USERINFO.match(text.strip())
-    if match is None:
-        return False
-    for value in (match.group(2), match.group(2).partition(":")[2]):
-        SECRETS.add(value)
-        SECRETS.add(unquote(value))
-    return True
-
-
 def _check_label(name: str, flag: str) -> str:
     if not name or any(c in name for c in "/\\|\n") or name.startswith(".") or name != name.strip():
         raise UsageError(f"{flag} {name!r}: use letters, digits, '-', '_' or '.'")
@@ -208,19 +178,15 @@ def _check_label(name: str, flag: str) -> str:
 
 
 def _readable_dir(given: str, flag: str) -> Path:
-    try:
-        found = Path(given).is_dir() and os.access(given, os.R_OK | os.X_OK)
-    except OSError:
-        found = False
-    if not found:
+    if not (os.path.isdir(given) and os.access(given, os.R_OK | os.X_OK)):  # isdir: False on any OSError
         raise UsageError(f"{flag} {given}: no such directory, or not readable by this user")
     return Path(given)
 
 
 def read_image_plan(image: str) -> Plan:
     """What `--image` serves, from the image itself (its plan.json: modes, port, cache directory, tag)."""
-    engine = docker_runner.connect()
-    docker_image(engine, image, "--image")
+    engine = docker_client.connect(probe.ServerUnreachable)
+    docker_client.image(engine, image, "--image")
     return image_plan.read(engine, image)
 
 
@@ -249,42 +215,47 @@ def _signals() -> Iterator[None]:
 
 def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as held, _signals():
-        return _run(args, held)
-
-
-def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
-    concurrency = concurrency_list(args.concurrency)
-    prompt_set = prompts_mod.load(args.prompts)
-    if not args.out.strip():
-        raise UsageError("--out is empty: give a directory, e.g. --out bench-results")
-    if args.max_tokens < 4:
-        raise UsageError("--max-tokens must be at least 4 (bench_serving's least output length)")
-    if args.min_speedup is not None and args.runs < 2:
-        raise UsageError("--min-speedup judges a 95 % interval: give --runs 2 or more")
-    args.gate_concurrency = args.gate_concurrency or concurrency[0]
-    if args.gate_concurrency not in concurrency:
-        raise UsageError(f"--gate-concurrency {args.gate_concurrency}: not in --concurrency {args.concurrency}")
-    _check_label(args.baseline, "--baseline")
-    key = read_api_key(args.api_key_file)
-    target = _ImageTarget(args) if args.image is not None else _EndpointTarget(args, key.value if key else None)
-    engine = docker_runner.connect()
-    docker_image(engine, target.bench_image, target.bench_flag)
-    settings = {
-        "concurrency": concurrency,
-        **{name: getattr(args, name) for name in ("runs", "max_tokens", "seed")},
-        "prompts": prompt_set.to_dict(),
-        "figure": sweep.SPEEDUP_FIGURES[args.speedup_metric],
-        "run_timeout_s": args.run_timeout,
-        "bench_image": target.bench_image,
-    }
-    out_dir = Path(args.out)
-    results = _open_results(args, held, out_dir, target.labels, settings)
-    try:
-        failures = target.sweep(engine, results, out_dir, prompt_set, key)
-    except BaseException as exc:
-        _keep_what_was_measured(results, out_dir, exc)
-        raise
-    return _finish(args, results, out_dir, target.best, failures)
+        concurrency = concurrency_list(args.concurrency)
+        prompt_set = prompts.load(args.prompts)
+        if not args.out.strip():
+            raise UsageError("--out is empty: give a directory, e.g. --out bench-results")
+        if args.max_tokens < 4:
+            raise UsageError("--max-tokens must be at least 4 (bench_serving's least output length)")
+        if args.min_speedup is not None and args.runs < 2:
+            raise UsageError("--min-speedup judges a 95 % interval: give --runs 2 or more")
+        args.gate_concurrency = args.gate_concurrency or concurrency[0]
+        if args.gate_concurrency not in concurrency:
+            raise UsageError(f"--gate-concurrency {args.gate_concurrency}: not in --concurrency {args.concurrency}")
+        _check_label(args.baseline, "--baseline")
+        key = read_api_key(args.api_key_file)
+        target = _ImageTarget(args) if args.image is not None else _EndpointTarget(args, key.value if key else None)
+        engine = docker_client.connect(probe.ServerUnreachable)
+        docker_client.image(engine, target.bench_image, target.bench_flag)
+        settings = {
+            "concurrency": concurrency,
+            **{name: getattr(args, name) for name in ("runs", "max_tokens", "seed")},
+            "prompts": prompt_set.to_dict(),
+            "figure": sweep.SPEEDUP_FIGURES[args.speedup_metric],
+            "run_timeout_s": args.run_timeout,
+            "bench_image": target.bench_image,
+        }
+        out_dir = Path(args.out)
+        results = _open_results(args, held, out_dir, target.labels, settings)
+        try:
+            try:
+                failures = target.sweep(engine, results, out_dir, prompt_set, key)
+            except BaseException:  # a failed run, Ctrl-C: bench.json, bench.md and bench.png keep what was measured
+                results.interrupt()
+                if any(label.runs or label.error for label in results.labels.values()):
+                    with contextlib.suppress(Exception):  # never hide the real error behind a report error
+                        report.write(results, out_dir)
+                raise
+            return _finish(args, results, out_dir, target.best, failures)
+        except SaveFailed as exc:  # a full disk under --out: what bench.json would hold goes to stdout
+            print(json.dumps(results.to_dict(), indent=2))
+            runs = sum(len(label.runs) for label in results.labels.values())
+            done = f"all {runs} finished runs are printed above as bench.json would hold them"
+            raise SaveFailed(f"{exc}: {done}") from None
 
 
 class _Target:
@@ -362,7 +333,13 @@ class _EndpointTarget(_Target):
         for flag in ("spec_grid", "models", "cache_volume", "modes", "env"):
             if getattr(args, flag):
                 raise UsageError(f"--{flag.replace('_', '-')} goes with --image, not --endpoint")
-        self.credentials = endpoint_secrets(args.endpoint)  # first: every message below may quote --endpoint
+        # --endpoint's user info (http://USER:PASSWORD@host) goes to SECRETS, as given and percent-decoded, first:
+        # every message below may quote --endpoint.
+        userinfo = _USERINFO.match(args.endpoint.strip())
+        self.credentials = userinfo is not None
+        for value in (userinfo.group(2), userinfo.group(2).partition(":")[2]) if userinfo else ():
+            SECRETS.add(value)
+            SECRETS.add(unquote(value))
         plan = resolve.load_plan(args.config)
         self.endpoint = probe.normalize_endpoint(args.endpoint, plan.image.port)
         self.labels = [_check_label(args.label, "--label")]
@@ -513,10 +490,21 @@ def _grid(args: argparse.Namespace, modes: list[str], known: dict[str, Any]) -> 
 def _open_results(
     args: argparse.Namespace, held: contextlib.ExitStack, out_dir: Path, labels: list[str], settings: dict[str, Any]
 ) -> Results:
-    """--out checked, locked and read (the labels kept from an earlier run); a mistake leaves no new directory."""
+    """--out checked (a directory this user can write bench.json into: found before the first request), locked and
+    read (the labels kept from an earlier run); a mistake leaves no new directory."""
     created = not out_dir.exists()
     try:
-        check_out_dir(out_dir)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".bench-probe-"):
+                pass
+        except FileExistsError:
+            raise UsageError(f"--out {out_dir}: not a directory") from None
+        except OSError as exc:
+            raise UsageError(f"--out {out_dir}: cannot write into it ({exc.strerror or exc})") from None
+        for name in ("bench.json", "bench.md", "bench.png"):
+            if (out_dir / name).exists() and not (out_dir / name).is_file():
+                raise UsageError(f"--out {out_dir}: {out_dir / name} is not a file")
         held.enter_context(writer_lock(out_dir))
         results = open_results(out_dir, settings, baseline=args.baseline, fresh=args.fresh)
         present = set(results.labels) | set(labels)
@@ -538,24 +526,6 @@ def _open_results(
     return results
 
 
-def _keep_what_was_measured(results: Results, out_dir: Path, exc: BaseException) -> None:
-    """The benchmark stopped (a failed run, Ctrl-C): bench.json (saved after each run), bench.md and bench.png
-    keep what was measured."""
-    results.interrupt()
-    if any(label.runs or label.error for label in results.labels.values()):
-        with contextlib.suppress(Exception):  # never hide the real error behind a report error
-            report.write(results, out_dir)
-    if isinstance(exc, SaveFailed):
-        raise _unsaved(results, exc) from None
-
-
-def _unsaved(results: Results, exc: SaveFailed) -> SaveFailed:
-    """A full disk under --out: what bench.json would hold goes to stdout, and one line says so (exit 1)."""
-    print(json.dumps(results.to_dict(), indent=2))
-    runs = sum(len(label.runs) for label in results.labels.values())
-    return SaveFailed(f"{exc}: all {runs} finished runs are printed above as bench.json would hold them")
-
-
 def _finish(args: argparse.Namespace, results: Results, out_dir: Path, best: str | None, failures: list[str]) -> int:
     """The gate (--min-speedup), the report and the summary; exit 1 when the gate or a grid point failed."""
     gate_c, minimum = args.gate_concurrency, args.min_speedup
@@ -563,18 +533,10 @@ def _finish(args: argparse.Namespace, results: Results, out_dir: Path, best: str
         names = [best] if best else [n for n in results.labels if n != results.baseline]
         missed = sweep.gate(results.to_dict()["speedup"], names, gate_c, minimum)
         passed = f"{', '.join(names)}: the 95 % interval at concurrency {gate_c} starts at or above {minimum:g}"
-        results.gate = {
-            "min_speedup": minimum,
-            "concurrency": gate_c,
-            "labels": names,
-            "passed": not missed,
-            "message": "; ".join(missed) or passed,
-        }
+        message = "; ".join(missed) or passed
+        results.gate = dict(min_speedup=minimum, concurrency=gate_c, labels=names, passed=not missed, message=message)
         failures = missed + failures
-    try:
-        paths = report.write(results, out_dir)
-    except SaveFailed as exc:
-        raise _unsaved(results, exc) from None
+    paths = report.write(results, out_dir)
     data = results.to_dict()
     for name, by_c in data["speedup"].items():
         ratios = ", ".join(f"c={c} ×{r['ratio']:.2f}" for c, r in by_c.items())

@@ -18,8 +18,6 @@ from typing import Any
 from tqdm import tqdm
 
 from sm120.bench import probe
-from sm120.bench.probe import ServerUnreachable
-from sm120.build.docker_client import connect as docker_connect
 from sm120.build.docker_client import describe
 from sm120.errors import CheckFailed
 from sm120.image.entrypoint import key_file
@@ -35,7 +33,6 @@ def bench_label() -> str:
 MODELS_MOUNT = "/models"  # where --models DIR appears in the container (the README's `-v /models:/models`)
 KEY_MOUNT = key_file.SECRET_PATH  # where --api-key-file appears (read-only), named by API_KEY_FILE
 HEALTH_POLL_S = 2.0
-STOP_TIMEOUT_S = 30
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
 
 
@@ -70,11 +67,6 @@ def device_requests(gpus: str) -> list[Any]:
     return [docker.types.DeviceRequest(**which, capabilities=[["gpu"]])]
 
 
-def connect() -> Any:
-    """A docker SDK client; exit 2 with one line when the engine cannot be reached."""
-    return docker_connect(ServerUnreachable)
-
-
 def read_only(*mounts: tuple[Path | None, str]) -> dict[str, dict[str, str]]:
     """The docker SDK's volumes: each host path given (not None) mounted read-only where its pair says."""
     return {str(host.resolve()): {"bind": bind, "mode": "ro"} for host, bind in mounts if host is not None}
@@ -90,23 +82,23 @@ def last_line(container: Any, limit: int, **logs: Any) -> str:
     return redact(lines[-1])[:limit] if lines else ""
 
 
-def save_log(container: Any, path: Path) -> Path | None:
+def save_log(container: Any, path: Path) -> None:
     try:
         data = container.logs(stdout=True, stderr=True)
     except Exception:
-        return None
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(redact(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
-    return path
 
 
 def wait_healthy(container: Any, endpoint: str, spec: ContainerSpec, log_path: Path) -> None:
     """Poll /health until 200, the container exits, or --health-timeout passes; the progress on stderr (a tqdm
     line on a terminal, a line every 30 s elsewhere). A 401/403 is the key refused (exit 2), not "not yet"."""
     start, desc = time.monotonic(), f"{spec.label}: starting"
-    bar = tqdm(desc=desc, file=sys.stderr, bar_format="{desc} {elapsed} {postfix}", disable=not sys.stderr.isatty())
     key = key_file.read(str(spec.api_key_file)).value if spec.api_key_file else None
-    try:
+    with tqdm(
+        desc=desc, file=sys.stderr, bar_format="{desc} {elapsed} {postfix}", disable=not sys.stderr.isatty()
+    ) as bar:
         while True:
             elapsed = time.monotonic() - start
             container.reload()
@@ -115,7 +107,7 @@ def wait_healthy(container: Any, endpoint: str, spec: ContainerSpec, log_path: P
                     f"{spec.label}: the container exited (status {container.attrs['State'].get('ExitCode')}) after "
                     f"{elapsed:.0f} s before /health answered; its log: {log_path}"
                 )
-            with contextlib.suppress(ServerUnreachable):  # not yet; a KeyRefused ends the wait
+            with contextlib.suppress(probe.ServerUnreachable):  # not yet; a KeyRefused ends the wait
                 probe.health(endpoint, key, deadline_s=5)
                 print(f"{spec.label}: /health answered after {elapsed:.0f} s", file=sys.stderr, flush=True)
                 return
@@ -130,8 +122,6 @@ def wait_healthy(container: Any, endpoint: str, spec: ContainerSpec, log_path: P
                 log = last_line(container, 100, tail=5)
                 print(f"{spec.label}: waiting for /health, {elapsed:.0f} s; log: {log}", file=sys.stderr, flush=True)
             time.sleep(HEALTH_POLL_S)
-    finally:
-        bar.close()
 
 
 @contextlib.contextmanager
@@ -184,7 +174,7 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
             if container is not None:
                 save_log(container, log_path)
                 with contextlib.suppress(docker.errors.DockerException):
-                    container.stop(timeout=STOP_TIMEOUT_S)
+                    container.stop(timeout=30)
         finally:  # also on another Ctrl-C during the graceful stop: then it is removed at once
             with contextlib.suppress(docker.errors.DockerException):
                 (container or client.containers.get(name)).remove(force=True, v=True)

@@ -14,6 +14,7 @@ from dataclasses import asdict, astuple, dataclass
 from typing import Any
 
 from sm120.errors import UsageError
+from sm120.image.entrypoint.assemble import TREE_OPTIONS
 from sm120.image.entrypoint.spec import draft_tree_most
 
 # Defaults of the sweep: the track's preset point (build.toml [tracks."X".presets.eagle3], where it sets one) is
@@ -22,6 +23,7 @@ DEFAULT_STEPS = (2, 3)
 DEFAULT_TOPK = (1, 4)
 DEFAULT_DRAFT = (8, 16)
 UPSTREAM_SUGGESTION = (3, 1, 4)
+Ints = tuple[int, ...]  # the values of one setting: --grid-steps, --grid-topk or --grid-draft
 
 
 @dataclass(frozen=True, order=True)
@@ -35,10 +37,8 @@ class Point:
         return f"eagle3-s{self.steps}-k{self.topk}-d{self.draft}"
 
     def env(self) -> dict[str, str]:
-        """The image entrypoint's variables for this point."""
-        return dict(
-            zip(("SPEC_NUM_STEPS", "SPEC_EAGLE_TOPK", "SPEC_NUM_DRAFT_TOKENS"), map(str, astuple(self)), strict=True)
-        )
+        """The image entrypoint's variables for this point (TREE_OPTIONS' are steps, top-k, draft tokens in turn)."""
+        return dict(zip(TREE_OPTIONS.values(), map(str, astuple(self)), strict=True))
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "label": self.label}
@@ -55,19 +55,14 @@ def canonical(steps: int, topk: int, draft: int) -> Point | None:
     return Point(steps, topk, draft)
 
 
-def parse_list(text: str, flag: str) -> tuple[int, ...]:
+def parse_list(text: str, flag: str) -> Ints:
     parts = [v.strip() for v in text.split(",") if v.strip()]
     if not parts or not all(re.fullmatch(r"0*[1-9][0-9]{0,3}", v) and len(v) <= 4 for v in parts):
         raise UsageError(f"{flag} {text!r}: give positive integers separated by commas, e.g. 2,3")
     return tuple(int(v) for v in parts)
 
 
-def points(
-    steps: tuple[int, ...],
-    topk: tuple[int, ...],
-    draft: tuple[int, ...],
-    reference: tuple[int, int, int] | None,
-) -> list[Point]:
+def points(steps: Ints, topk: Ints, draft: Ints, reference: tuple[int, int, int] | None) -> list[Point]:
     """Every runnable point of the grid, plus the reference and upstream's suggestion, without duplicates."""
     settings = [*itertools.product(steps, topk, draft), *([reference] if reference else []), UPSTREAM_SUGGESTION]
     out = {p for p in itertools.starmap(canonical, settings) if p}

@@ -18,20 +18,9 @@ PORTS = INTEGERS["--port"]  # the image's entrypoint's bounds of a port
 PORT_RULE = f"a port is {PORTS[0]} to {PORTS[1]} in ASCII digits, no leading zeros"
 AUTH_STATUSES = (401, 403)  # SGLang's key check (srt/utils/auth.py): 401 Unauthorized, 403 for admin routes
 # What /server_info says that makes two results comparable (the rest, the keys' places included, is not kept).
-SERVER_KEYS = (
-    "version",
-    "model_path",
-    "served_model_name",
-    "tp_size",
-    "dp_size",
-    "attention_backend",
-    "speculative_algorithm",
-    "speculative_draft_model_path",
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "speculative_num_draft_tokens",
-    "cuda_graph_max_bs",
-)
+SERVER_KEYS = ("version", "model_path", "served_model_name", "tp_size", "dp_size", "attention_backend")
+SERVER_KEYS += ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps")
+SERVER_KEYS += ("speculative_eagle_topk", "speculative_num_draft_tokens", "cuda_graph_max_bs")
 
 
 class ServerUnreachable(CheckFailed):

@@ -46,8 +46,7 @@ def load(path: str | Path | None = None) -> PromptSet:
         data = file.read_bytes()
     except OSError as exc:
         raise UsageError(f"--prompts {file}: cannot read it ({exc.strerror or exc})") from None
-    prompts: list[Prompt] = []
-    seen: set[str] = set()
+    prompts: dict[str, Prompt] = {}  # by id
     for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
         if not line.strip():
             continue
@@ -64,11 +63,10 @@ def load(path: str | Path | None = None) -> PromptSet:
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or not obj["text"].strip():
             raise UsageError(f'{where}: each line must be an object with a non-empty "text"')
         pid = str(obj.get("id") or f"prompt-{len(prompts) + 1}")
-        if pid in seen:
+        if pid in prompts:
             raise UsageError(f"{where}: duplicate id {pid!r}")
-        seen.add(pid)
-        prompts.append(Prompt(pid, obj["text"]))
+        prompts[pid] = Prompt(pid, obj["text"])
     if not prompts:
         raise UsageError(f"--prompts {file}: no prompts in it")
     name = "shipped" if file == SHIPPED else file.name
-    return PromptSet(name, hashlib.sha256(data).hexdigest(), prompts)
+    return PromptSet(name, hashlib.sha256(data).hexdigest(), list(prompts.values()))

@@ -12,6 +12,7 @@ from sm120.image.entrypoint.errors import redact
 
 COLUMNS = ("output_tok_s", "request_tok_s", "request_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99")
 COLUMNS += ("itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "accept_length")
+PLOTTED = (("output_tok_s", "output tok/s"), ("itl_ms_p99", "p99 inter-token latency (ms)"))  # bench.png's panels
 
 
 def _cell(s: dict[str, Any] | None, digits: int = 1, key: str = "mean", sign: str = "") -> str:
@@ -28,15 +29,10 @@ def stand_in(data: dict[str, Any]) -> bool:
 
 def _source(label: dict[str, Any]) -> str:
     src, server = label["source"], label["server"]
-    parts = [
-        f"image `{src['image']}` mode `{src.get('mode')}`" if "image" in src else f"endpoint {src.get('endpoint')}"
-    ]
-    if src.get("spec"):
-        parts.append("steps {steps}, top-k {topk}, draft tokens {draft}".format(**src["spec"]))
-    parts += [
-        f"{k} {server[k]}" for k in ("version", "model_path", "tp_size", "speculative_algorithm") if server.get(k)
-    ]
-    return "; ".join(parts)
+    where = f"image `{src['image']}` mode `{src.get('mode')}`" if "image" in src else f"endpoint {src.get('endpoint')}"
+    spec = ["steps {steps}, top-k {topk}, draft tokens {draft}".format(**src["spec"])] if src.get("spec") else []
+    said = [f"{k} {server[k]}" for k in ("version", "model_path", "tp_size", "speculative_algorithm") if server.get(k)]
+    return "; ".join([where, *spec, *said])
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -88,18 +84,15 @@ def plot(data: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
-    for ax, (key, title) in zip(
-        axes, (("output_tok_s", "output tok/s"), ("itl_ms_p99", "p99 inter-token latency (ms)")), strict=True
-    ):
+    for ax, (key, title) in zip(axes, PLOTTED, strict=True):
         for name, label in data["labels"].items():
             points = [(int(c), f[key]) for c, f in label["summary"].items() if key in f]
             if not points:
                 continue
             xs, ss = zip(*points, strict=True)
             means = [x["mean"] for x in ss]
-            low = [m - (x["ci95_low"] if x["ci95_low"] is not None else m) for m, x in zip(means, ss, strict=True)]
-            high = [(x["ci95_high"] if x["ci95_high"] is not None else m) - m for m, x in zip(means, ss, strict=True)]
-            ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=4, label=redact(f"{name} ({label['status']})"))
+            yerr = [[abs(x["mean"] - x[k]) if x[k] is not None else 0 for x in ss] for k in ("ci95_low", "ci95_high")]
+            ax.errorbar(xs, means, yerr=yerr, marker="o", capsize=4, label=redact(f"{name} ({label['status']})"))
         ax.set_xscale("log", base=2)
         ax.set_xticks(data["settings"]["concurrency"], [str(c) for c in data["settings"]["concurrency"]])
         ax.minorticks_off()

@@ -63,13 +63,9 @@ class Results:
 
     def to_dict(self) -> dict[str, Any]:
         labels = {name: label.to_dict() for name, label in self.labels.items()}
-        base = labels[self.baseline]["summary"] if self.baseline in labels else None
+        base, figure = labels.get(self.baseline, {}).get("summary", {}), self.settings["figure"]
         # Each label over the baseline, per concurrency, by the settings' figure, with a 95 % interval.
-        ratios = {
-            name: sweep.speedups(label["summary"], base, self.settings["figure"])
-            for name, label in labels.items()
-            if base is not None and name != self.baseline
-        }
+        ratios = {n: sweep.speedups(lab["summary"], base, figure) for n, lab in labels.items() if n != self.baseline}
         speedup = {name: by_c for name, by_c in ratios.items() if by_c}
         return {
             "schema": SCHEMA,
@@ -165,13 +161,11 @@ def load(path: Path) -> Results:
     problem = _problem(data)
     if problem is not None:
         raise UsageError(f"{path}: {problem}; use another --out or --fresh")
-    results = Results(
-        settings=data.get("settings", {}), baseline=data.get("baseline", BASELINE), created=data.get("created", _now())
-    )
-    results.grid = data.get("grid") if isinstance(data.get("grid"), dict) else None
+    given = {key: data[key] for key in ("settings", "baseline", "grid", "created") if key in data}  # not the gate
+    results = Results(**{"settings": {}, **given})
     for name, label in data["labels"].items():
-        given = {f.name: label[f.name] for f in fields(Label)[1:] if f.name in label}
-        results.labels[name] = Label(name=name, **{"source": {}, **given})
+        kept = {f.name: label[f.name] for f in fields(Label)[1:] if f.name in label}
+        results.labels[name] = Label(name=name, **{"source": {}, **kept})
     return results
 
 

@@ -1,9 +1,6 @@
-"""SGLang's own `bench_serving`, from an image (the server's SGLang), in a container of its own: every run of a
-label in one process (SGLang's imports are paid once), each result read as bench_serving writes it.
-
-The container shares the host's network (the endpoint is reached as on the host) and runs as the calling user. The
-API key reaches bench_serving as OPENAI_API_KEY, set inside the process from the key file mounted read-only: it is
-on no command line and in no container setting. Each run has a deadline (from the end of the one before).
+"""SGLang's own `bench_serving`, from an image (the server's SGLang), in a container of its own on the host's network,
+as the calling user: every run of a label in one process (SGLang's imports are paid once), each result read as
+bench_serving writes it, each run with a deadline (from the end of the one before).
 """
 
 from __future__ import annotations
@@ -24,8 +21,9 @@ from sm120.plan import image_plan
 
 WORK = "/bench"  # the run's work directory (dataset, result), mounted read-write
 TOKENIZER = "/tokenizer"  # --tokenizer DIR, mounted read-only
-# Inside the container: the key file's line into the environment bench_serving reads, then bench_serving itself
-# (0.5.23 moved it to sglang.benchmark.serving and keeps sglang.bench_serving as a deprecated alias).
+# Inside the container: the key file's line into the environment bench_serving reads (OPENAI_API_KEY: the key is on
+# no command line and in no container setting), then bench_serving itself (0.5.23 moved it to
+# sglang.benchmark.serving and keeps sglang.bench_serving as a deprecated alias).
 LAUNCHER = """\
 import importlib.util, json, os, runpy, sys
 key = os.environ.pop("BENCH_KEY_FILE", "")
@@ -39,7 +37,6 @@ for argv in runs:
     sys.argv = [module, *argv]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
-POLL_S = 0.25
 
 
 class RunFailed(CheckFailed):
@@ -80,16 +77,9 @@ def requests_for(concurrency: int, prompt_count: int) -> int:
 def write_dataset(prompt_set: prompts.PromptSet, count: int, path: Path) -> None:
     """The prompt set as bench_serving's sharegpt file, cycled to `count` requests. Each request starts with its own
     number, so no two share a prefix in SGLang's radix cache (a repeated prompt would skip its prefill)."""
-    rows = [
-        {
-            "id": f"r{i}",
-            "conversations": [
-                {"from": "human", "value": f"Request {i}. {prompt_set.for_run(i).text}"},
-                {"from": "gpt", "value": "(the output length is fixed by --sharegpt-output-len)"},
-            ],
-        }
-        for i in range(count)
-    ]
+    answer = {"from": "gpt", "value": "(the output length is fixed by --sharegpt-output-len)"}
+    asked = ({"from": "human", "value": f"Request {i}. {prompt_set.for_run(i).text}"} for i in range(count))
+    rows = [{"id": f"r{i}", "conversations": [question, answer]} for i, question in enumerate(asked)]
     path.write_text(json.dumps(rows), encoding="utf-8")
 
 
@@ -136,20 +126,18 @@ def _line(box: Any, result: Path, index: int, deadline_s: float, concurrency: in
     """The index-th whole line of the result file, once bench_serving has written it."""
     end = time.monotonic() + deadline_s
     while True:
+        box.reload()  # before the file is read: a line written as it exited is still found
         text = result.read_text(encoding="utf-8") if result.exists() else ""
         if text.count("\n") > index:
             return text.splitlines()[index]
-        box.reload()
         if box.status in ("exited", "dead"):
-            if result.exists() and result.read_text(encoding="utf-8").count("\n") > index:
-                continue  # its last line came as it exited
             code = box.attrs.get("State", {}).get("ExitCode")
             raise RunFailed(f"bench_serving ended (status {code}) at concurrency {concurrency}: {_said_last(box)}")
         if time.monotonic() > end:
             raise RunFailed(
                 f"the run at concurrency {concurrency} did not finish within {deadline_s:g} s (--run-timeout)"
             )
-        time.sleep(POLL_S)
+        time.sleep(0.25)
 
 
 def _said_last(box: Any) -> str:

@@ -22,6 +22,7 @@ FIGURES: dict[str, str] = {
     **{f"{t}_ms_p{p}": f"{t.upper()} p{p} (ms)" for t in ("ttft", "tpot", "itl") for p in PERCENTILES},
     "accept_length": "accept length",
 }
+ByConcurrency = dict[str, dict[str, Any]]  # a summary, a speedup: per concurrency (a string key, JSON's)
 
 
 # What run_figures reads of bench_serving's result line: T1 finds each in every track's release.
@@ -84,7 +85,7 @@ def summarize(values: Iterable[float | None]) -> dict[str, Any] | None:
     return out
 
 
-def summaries(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def summaries(runs: Sequence[dict[str, Any]]) -> ByConcurrency:
     """Per concurrency (as a string key, JSON's), each figure summarized over its runs."""
     by_c: dict[int, list[dict[str, Any]]] = {}
     for run in runs:
@@ -116,9 +117,7 @@ def ratio(num: dict[str, Any], den: dict[str, Any]) -> dict[str, Any] | None:
     return {**out, "ci95_low": r * math.exp(-half), "ci95_high": r * math.exp(half)}
 
 
-def speedups(
-    summary: dict[str, dict[str, Any]], baseline: dict[str, dict[str, Any]], figure: str
-) -> dict[str, dict[str, Any]]:
+def speedups(summary: ByConcurrency, baseline: ByConcurrency, figure: str) -> ByConcurrency:
     """Per concurrency both were measured at: the ratio of `figure` over the baseline's, with its interval."""
     both = [c for c, figures in summary.items() if figure in figures and figure in baseline.get(c, {})]
     return {c: r for c in both if (r := ratio(summary[c][figure], baseline[c][figure])) is not None}
@@ -129,7 +128,7 @@ def faster(r: dict[str, Any]) -> bool:
     return (r["ci95_low"] if r["ci95_low"] is not None else r["ratio"]) > 1.0
 
 
-def crossover(by_c: dict[str, dict[str, Any]]) -> int | None:
+def crossover(by_c: ByConcurrency) -> int | None:
     """The lowest concurrency from which the mode is no longer faster at any higher one measured; None where it is
     still faster at the highest (the sweep did not reach its end)."""
     slower = list(itertools.takewhile(lambda c: not faster(by_c[c]), sorted(by_c, key=int, reverse=True)))

@@ -44,20 +44,11 @@ class Outcome:
     detail: str = ""
 
 
-def _fill(value: Any, names: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        return value.format(**names)
-    if isinstance(value, list):
-        return [_fill(v, names) for v in value]
-    if isinstance(value, dict):
-        return {k: _fill(v, names) for k, v in value.items()}
-    return value
-
-
 def load(config: Config, path: Path = FACTS_FILE) -> list[Fact]:
-    names = {"cuda": cuda_minor(config.cuda.version), "cuda_version": config.cuda.version}
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")  # the placeholders filled in before it is parsed (the file's header)
+        text = text.replace("{cuda}", cuda_minor(config.cuda.version)).replace("{cuda_version}", config.cuda.version)
+        raw = tomllib.loads(text)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{path.name}: cannot read the facts ({exc})") from None
     facts = []
@@ -74,7 +65,7 @@ def load(config: Config, path: Path = FACTS_FILE) -> list[Fact]:
         if not set(images) <= {"devel", "runtime"}:
             raise UsageError(f"{path.name}: facts.{i} ({fact_id}): images must be 'devel' and/or 'runtime'")
         offline = entry.pop("offline", None)
-        facts.append(Fact(fact_id, tuple(images), kind, _fill(entry, names), why, source, offline))
+        facts.append(Fact(fact_id, tuple(images), kind, entry, why, source, offline))
     return facts
 
 

@@ -21,11 +21,6 @@ from pathlib import Path
 
 from sm120.errors import CheckFailed, UsageError, stop_on_signals
 
-# Where the host keeps the CA bundle that pip should trust inside RUN steps (a TLS-intercepting proxy's CA
-# is in it on some machines). Passed as a BuildKit secret: used during the build, never stored in a layer.
-_CA_CANDIDATES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
-_CA_DEFAULT = Path("/etc/ssl/certs/ca-certificates.crt")
-
 # Plain progress, on failure: " > [flash-attn 4/6] RUN ...:".
 _FAILED = re.compile(r"^(?:ERROR: .*)?\s*> \[(?P<stage>[\w.-]+)(?: (?P<n>\d+)/(?P<m>\d+))?\] (?P<what>.*?):?$")
 # The patch step's own error line (sm120/image/patch_engine.py in the build; `build.py patches` on the host).
@@ -54,8 +49,10 @@ class BuildRequest:
 
 
 def ca_bundle() -> Path | None:
-    paths = [Path(value) for value in map(os.environ.get, _CA_CANDIDATES) if value]
-    return next((path for path in [*paths, _CA_DEFAULT] if path.is_file()), None)
+    """The host's CA bundle that pip should trust inside RUN steps (a TLS-intercepting proxy's CA is in it on some
+    machines). Passed as a BuildKit secret: used during the build, never stored in a layer."""
+    paths = [Path(value) for value in map(os.environ.get, ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")) if value]
+    return next((path for path in [*paths, Path("/etc/ssl/certs/ca-certificates.crt")] if path.is_file()), None)
 
 
 def ensure_buildx() -> list[str]:

@@ -14,9 +14,6 @@ from sm120.errors import UsageError, missing_package, suggest
 if TYPE_CHECKING:
     from sm120.plan.plan_types import Plan
 
-# What `docker run`/`docker inspect` also take for an image: an ID, in full or its short form.
-_IMAGE_ID = re.compile(r"(sha256:)?[0-9a-f]{12,64}")
-
 CACHE_TYPES = ("registry", "local", "inline", "gha", "s3", "azblob")  # docs.docker.com/build/cache/backends
 
 
@@ -27,7 +24,7 @@ def check_reference(value: str, flag: str, *, allow_id: bool = False) -> str:
     shown = repr(value) if len(value) <= 80 else repr(value[:76]) + "..."
     if not value.strip():
         raise UsageError(f"{flag} is empty: give an image reference such as sglang-sm120:0.5.9-cu13.0.1")
-    if allow_id and _IMAGE_ID.fullmatch(value):
+    if allow_id and re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", value):  # an image ID, as `docker run` takes it
         return value
     try:
         reference.Reference.parse_normalized_named(value)

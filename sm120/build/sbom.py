@@ -28,7 +28,6 @@ PACKAGES_ONLY = {
 COMMON = {"SYFT_CHECK_FOR_APP_UPDATE": "false"}
 
 MOUNT = "/tmp/sm120-sbom"  # where the syft binary is copied into the container
-EXCLUDE = ["./proc/**", "./sys/**", "./dev/**", f".{MOUNT}/**"]
 
 
 def syft_binary() -> Path:
@@ -52,7 +51,7 @@ def arguments(source_name: str, source_version: str) -> list[str]:
     """syft's command line inside the container: the root file system, scanned as an image is."""
     args = ["scan", "dir:/", "--override-default-catalogers", "image", "--output", "spdx-json", "--quiet"]
     args += ["--source-name", source_name, "--source-version", source_version]
-    for pattern in EXCLUDE:
+    for pattern in ("./proc/**", "./sys/**", "./dev/**", f".{MOUNT}/**"):  # the kernel's file systems, syft itself
         args += ["--exclude", pattern]
     return args
 

@@ -80,15 +80,11 @@ def command_line(args: argparse.Namespace) -> list[str]:
     order `register` declares them, the ones left at their default left out."""
     words = ["python3", "build.py", "deploy", "kubernetes"]
     for dest, value in vars(args).items():
-        flag = "--" + dest.replace("_", "-")
-        if dest in ("command", "target", "func"):
-            continue
         if dest == "network_policy":  # on by default: written only when turned off
-            words += [] if value else ["--no-network-policy"]
-        elif value is True:
-            words.append(flag)
-        elif isinstance(value, list):  # repeated options, each as given
-            words += [word for item in value for word in (flag, shlex.quote(str(item)))]
-        elif value not in (None, False):
-            words += [flag, shlex.quote(str(value))]
+            dest, value = "no_network_policy", not value
+        if dest in ("command", "target", "func") or value in (None, False):
+            continue
+        flag = "--" + dest.replace("_", "-")
+        for item in value if isinstance(value, list) else [value]:  # repeated options, each as given
+            words += [flag] if item is True else [flag, shlex.quote(str(item))]
     return words

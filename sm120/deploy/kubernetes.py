@@ -27,9 +27,8 @@ KUSTOMIZATION = "kustomization.yaml"
 MARK = "# Written by `build.py deploy kubernetes`"
 HTTP_PORT_NAME = "http"  # the leader's probes, the Service and the NetworkPolicy name the port (the bases)
 MODELS_VOLUME, CACHE_CLAIM = "models", "cache"
-API_KEY_COMPONENT = "api-key"  # components/api-key: not a mode (components/<mode> are the others)
-ADMIN_KEY_COMPONENT = "admin-api-key"  # components/admin-api-key: not a mode either
-KEY_COMPONENTS = (API_KEY_COMPONENT, ADMIN_KEY_COMPONENT)  # in the order their volumes follow the base's
+# components/<name> that are not modes (components/<mode> are the others), in the order their volumes follow the base's
+KEY_COMPONENTS = ("api-key", "admin-api-key")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -120,7 +119,7 @@ class KeyComponent:
     variable: str
 
     @classmethod
-    def read(cls, name: str = API_KEY_COMPONENT, workload: Workload = GROUP) -> KeyComponent:
+    def read(cls, name: str = KEY_COMPONENTS[0], workload: Workload = GROUP) -> KeyComponent:
         patches = yaml.safe_load((SOURCE / "components" / name / KUSTOMIZATION).read_text())["patches"]
         ops = [op for p in patches if p["target"]["kind"] == workload.kind for op in yaml.safe_load(p["patch"])]
         added = {op["path"]: op["value"] for op in ops if op["op"] == "add"}
@@ -163,12 +162,8 @@ def check(plan: Plan, request: Request) -> None:
     _match("--rdma-resource", request.rdma_resource, _RESOURCE, "a resource name such as rdma/ib (domain/name)")
     if request.rdma_resource and not request.infiniband:
         raise UsageError(f"--rdma-resource {request.rdma_resource}: only with --infiniband (NCCL uses sockets without)")
-    between = {
-        "--nccl-socket-ifname": request.nccl_socket_ifname,
-        "--infiniband": request.infiniband,
-        "--rdma-resource": request.rdma_resource,
-    }
-    if request.nodes == 1 and (given := [option for option, value in between.items() if value]):
+    between = ("--nccl-socket-ifname", "--infiniband", "--rdma-resource")
+    if request.nodes == 1 and (given := [option for option in between if getattr(request, _dest(option))]):
         raise UsageError(
             f"{given[0]}: only with --nodes 2 or more (it is NCCL's network between nodes; one node's GPUs "
             "talk over P2P or shared memory)"
@@ -181,21 +176,17 @@ def check(plan: Plan, request: Request) -> None:
     _match("--shm-size", request.shm_size, _QUANTITY, "a memory size such as 16Gi")
     node_selector(request)
     tolerations(request)
-    for option, secret, key in (
-        ("--api-key-secret", request.api_key_secret, request.api_key_secret_key),
-        ("--admin-api-key-secret", request.admin_api_key_secret, request.admin_api_key_secret_key),
-    ):
-        _match(option, secret, _DNS_SUBDOMAIN, SECRET_NAME)
-        _match(f"{option}-key", key, _SECRET_KEY, SECRET_KEY)
-        if key is not None and not secret:
-            raise UsageError(f"{option}-key {key!r}: only with {option} (the Secret holding it)")
     chosen = {c.name: (secret, key) for c, secret, key in secrets_for(request, GROUP)}
-    api, admin = chosen.get(API_KEY_COMPONENT), chosen.get(ADMIN_KEY_COMPONENT)
+    api, admin = (chosen.get(name) for name in KEY_COMPONENTS)
     if api is not None and api == admin:
         raise UsageError(
             f"--admin-api-key-secret {admin[0]}: its key {admin[1]!r} is the API key's (--api-key-secret "
             f"{api[0]}): every API-key holder could use the admin routes; give the admin key a key of its own"
         )
+
+
+def _dest(option: str) -> str:
+    return option.removeprefix("--").replace("-", "_")
 
 
 def _match(option: str, value: str | None, pattern: re.Pattern[str], allowed: str, longest: int = 253) -> None:
@@ -359,13 +350,18 @@ def _ops_text(ops: list[tuple[str, str, Any]]) -> str:
 
 def secrets_for(request: Request, workload: Workload) -> list[tuple[KeyComponent, str, str]]:
     """(the component, the Secret, its key) for each key the leader gets, in KEY_COMPONENTS' order: the order their
-    volumes follow the base's."""
+    volumes follow the base's. Checks the options first."""
     out = []
     for name in KEY_COMPONENTS:
-        option = name.replace("-", "_") + "_secret"  # --api-key-secret, --admin-api-key-secret
-        if secret := getattr(request, option):
+        option = f"--{name}-secret"  # --api-key-secret, --admin-api-key-secret
+        secret, key = getattr(request, _dest(option)), getattr(request, _dest(f"{option}-key"))
+        _match(option, secret, _DNS_SUBDOMAIN, SECRET_NAME)
+        _match(f"{option}-key", key, _SECRET_KEY, SECRET_KEY)
+        if key is not None and not secret:
+            raise UsageError(f"{option}-key {key!r}: only with {option} (the Secret holding it)")
+        if secret:
             component = KeyComponent.read(name, workload)
-            out.append((component, secret, getattr(request, f"{option}_key") or component.key))
+            out.append((component, secret, key or component.key))
     return out
 
 
@@ -462,11 +458,8 @@ def write(out: Path, text: str) -> None:
     existing = out / KUSTOMIZATION
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: not a directory")
-    if (
-        out.is_dir()
-        and any(out.iterdir())
-        and not (existing.is_file() and existing.read_text(errors="replace").startswith(MARK))
-    ):
+    ours = existing.is_file() and existing.read_text(errors="replace").startswith(MARK)
+    if out.is_dir() and any(out.iterdir()) and not ours:
         raise UsageError(
             f"--out {out}: holds files build.py deploy kubernetes did not write; choose a new or empty directory"
         )

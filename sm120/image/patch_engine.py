@@ -1,12 +1,8 @@
-"""The patch engine: apply a resolved patch series to a source tree with `git apply`, standard library only.
-
-It runs on the host (`build.py patches`, through sm120.patches.patching) and in the image build's `patched` stage
-(`python3 -m sm120.image.patch_engine apply SERIES.json SITE-PACKAGES`, on the series `build.py build` resolved):
-one engine, one resolution. Each patch, in order, is ALREADY_APPLIED (reverse-applicable, not forward: never applied
-twice), ALREADY_UPSTREAM (its upstream regexes all match), NOT_APPLICABLE (no file for this release), APPLIED, or a
-CONFLICT naming the file and the hunk from git's own message. Both `check` and `apply` work on a scratch copy of
-the touched files; `apply` copies them back only when no patch conflicts.
-"""
+"""The patch engine: apply a resolved patch series to a source tree with `git apply`, standard library only; the one
+engine of the host (`build.py patches`, through sm120.patches.patching) and of the image build's `patched` stage
+(`main`), see docs/architecture.md. Each patch, in order, is ALREADY_APPLIED (reverse-applicable, not forward: never
+applied twice), ALREADY_UPSTREAM (its upstream regexes all match), NOT_APPLICABLE (no file for this release), APPLIED,
+or a CONFLICT naming the file and the hunk from git's own message."""
 
 from __future__ import annotations
 
@@ -179,9 +175,10 @@ def upstream_has(checks: Sequence[tuple[str, Sequence[str]]], tree: Path) -> boo
     return bool(checks) and InstalledSGLang(tree / "sglang").has_change(checks)[0]
 
 
-def _run(tree: Path, version: str, series: Sequence[Resolved], root: Path, *, write: bool) -> list[Result]:
-    """Statuses in order, found on a scratch copy of the touched files, where APPLIED patches are applied so that
-    later ones see their effect. With `write` and no CONFLICT, the patched files are then copied into `tree`."""
+def run(tree: Path, version: str, series: Sequence[Resolved], *, root: Path, write: bool) -> list[Result]:
+    """Statuses in order, found on a scratch copy of the touched files of `tree` (a release's source, site-packages
+    layout), where APPLIED patches are applied so that later ones see their effect. Without `write` (check) `tree` is
+    not modified; with it (apply) the patched files are copied into `tree`, all or nothing: only if no CONFLICT."""
     loaded = [(p, read_patch(root / p.file, p.file) if p.file is not None else None) for p in series]
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="sm120-check-") as scratch:
@@ -215,19 +212,9 @@ def _run(tree: Path, version: str, series: Sequence[Resolved], root: Path, *, wr
     return results
 
 
-def check(tree: Path, version: str, series: Sequence[Resolved], *, root: Path) -> list[Result]:
-    """What `apply` would do to `tree` (a release's source, site-packages layout); `tree` is not modified."""
-    return _run(tree, version, series, root, write=False)
-
-
-def apply(tree: Path, version: str, series: Sequence[Resolved], *, root: Path) -> list[Result]:
-    """Apply the series to `tree` in place, all or nothing: on any CONFLICT nothing is written."""
-    return _run(tree, version, series, root, write=True)
-
-
-def report(version: str, results: Sequence[Result], verb: str, *, quiet: bool = False) -> str | None:
-    """Print one line per patch (with `quiet`, only when something conflicts); return the one line for the first
-    conflict (the release, the patch, file and hunk, and what to do), or None."""
+def report(version: str, results: Sequence[Result], verb: str, *, quiet: bool = False) -> None:
+    """Print one line per patch (with `quiet`, only when something conflicts); CheckFailed with the one line for the
+    first conflict (the release, the patch, file and hunk, and what to do)."""
     bad = [r for r in results if r.status is Status.CONFLICT]
     for r in results if bad or not quiet else ():
         text = f"{r.patch}: {r.status}"
@@ -236,13 +223,12 @@ def report(version: str, results: Sequence[Result], verb: str, *, quiet: bool = 
         else:
             note = r.variant if r.status is Status.APPLIED else r.detail
             print(f"{text} ({note})" if note else text)
-    if not bad:
-        return None
-    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-    return (
-        f"sglang {version}: patch {bad[0].patch} conflicts: {bad[0].detail} [{bad[0].variant}]{more}; "
-        f"{verb} nothing. Write a variant for this release range (patches/sglang/{bad[0].patch}/)"
-    )
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise CheckFailed(
+            f"sglang {version}: patch {bad[0].patch} conflicts: {bad[0].detail} [{bad[0].variant}]{more}; "
+            f"{verb} nothing. Write a variant for this release range (patches/sglang/{bad[0].patch}/)"
+        )
 
 
 # The series file (what `build.py build` hands the image build) and the in-build command.
@@ -274,13 +260,14 @@ def main(argv: Sequence[str]) -> int:
         found = tree_version(tree)
         if found != version:
             raise TreeError(f"{tree}: holds SGLang {found}, the series is for {version}")
-        results = apply(tree, version, series, root=series_path.parent)
+        results = run(tree, version, series, root=series_path.parent, write=True)
     except (UsageError, CheckFailed) as exc:
         sys.stderr.write(f"{PROGRAM}: error: {exc}\n")
         return exc.exit_code
-    failed = report(version, results, "wrote")
-    if failed:
-        sys.stderr.write(f"{PROGRAM}: failed: {failed}\n")
+    try:
+        report(version, results, "wrote")
+    except CheckFailed as exc:
+        sys.stderr.write(f"{PROGRAM}: failed: {exc}\n")
         return 1
     return 0
 

@@ -17,8 +17,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from sm120.arguments import add_config_args
 from sm120.errors import CheckFailed, UsageError
 from sm120.image import patch_engine
@@ -83,14 +81,6 @@ def _patches_for(config: Config, version: str) -> list[tuple[str, Patch]]:
     return every
 
 
-def _report(version: str, results: Sequence[patching.Result], *, verb: str, quiet: bool = False) -> int:
-    """Print one line per patch (with `quiet`, only when something conflicts); CheckFailed on a conflict."""
-    failed = patch_engine.report(version, results, verb, quiet=quiet)
-    if failed:
-        raise CheckFailed(failed)
-    return 0
-
-
 def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -105,7 +95,8 @@ def check(config: Config, sglang: str | None = None, source: Path | None = None)
     version = _version(sglang, config)
     tree = source or pypi.source_tree(version, progress=_progress)
     patches = _patches_for(config, version)
-    return _report(version, patching.check(tree, version, patches, root=config.root), verb="checked")
+    patch_engine.report(version, patching.check(tree, version, patches, root=config.root), "checked")
+    return 0
 
 
 def run_apply(args: argparse.Namespace) -> int:
@@ -125,12 +116,12 @@ def run_apply(args: argparse.Namespace) -> int:
         _fresh_dest(dest)
         # Checked before anything is written: a conflict leaves no half-made tree behind.
         tree = source or pypi.source_tree(version, progress=_progress)
-        _report(version, patching.check(tree, version, patches, root=config.root), verb="wrote", quiet=True)
+        patch_engine.report(version, patching.check(tree, version, patches, root=config.root), "wrote", quiet=True)
         if source is not None:
             shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
         else:
             pypi.extract(pypi.download(version, progress=_progress), dest, python_only=False)
-    _report(version, patching.apply(dest, version, patches, root=config.root), verb="wrote")
+    patch_engine.report(version, patching.apply(dest, version, patches, root=config.root), "wrote")
     _progress(f"sglang {version}: patched tree in {dest}")
     return 0
 
@@ -162,10 +153,7 @@ def _check_writable(dest: Path) -> None:
 
 def matrix(config: Config, since: str = MATRIX_FLOOR) -> dict[str, dict[str, patching.Result]]:
     """{version: {patch: Result}} for every final release >= since, every sglang patch in build.toml."""
-    try:
-        Version(since)
-    except InvalidVersion:
-        raise UsageError(f"--since {since!r} is not a version (like {MATRIX_FLOOR})") from None
+    pypi.parse_version(since, "--since")
     patches = _sglang(config)
     releases = pypi.final_releases(since)
     if not releases:

@@ -3,6 +3,7 @@ run the engine (sm120/image/patch_engine.py, the same code the image build runs)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,13 +50,11 @@ def verify_tree(tree: Path, version: str) -> None:
         raise TreeError(f"{tree}: holds SGLang {found}, not {version}; pass --sglang {found} or the right tree")
 
 
-def check(tree: Path, version: str, patches: Sequence[tuple[str, Patch]], *, root: Path) -> list[Result]:
-    """What `apply` would do to `tree` (a release's source, site-packages layout); `tree` is not modified."""
+def check(tree: Path, version: str, patches: Sequence[tuple[str, Patch]], *, root: Path, write=False) -> list[Result]:
+    """The series on `tree` (a release's source, site-packages layout): `tree` not modified, or with `write` (apply)
+    patched in place, all or nothing: on any CONFLICT nothing is written."""
     verify_tree(tree, version)
-    return engine.check(tree, version, resolve(patches, version), root=root)
+    return engine.run(tree, version, resolve(patches, version), root=root, write=write)
 
 
-def apply(tree: Path, version: str, patches: Sequence[tuple[str, Patch]], *, root: Path) -> list[Result]:
-    """Apply the patches to `tree` in place, all or nothing: on any CONFLICT nothing is written."""
-    verify_tree(tree, version)
-    return engine.apply(tree, version, resolve(patches, version), root=root)
+apply = functools.partial(check, write=True)

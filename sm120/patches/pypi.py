@@ -1,21 +1,18 @@
-"""SGLang releases on PyPI: list them, download a release's wheel (cached), extract its source tree.
-
-Cached under ~/.cache/sglang-sm120/pypi (SGLANG_SM120_CACHE moves the root): wheels/ (checked against PyPI's sha256
-on every use), meta/<version>.json (the wheel picked and its sha256: a release works offline) and src/<version>/.
-After 0.5.9 SGLang ships compiled wheels per Python and platform with the same Python sources: one x86_64 wheel
-(cp311 preferred) stands for the release.
-"""
+"""SGLang releases on PyPI: list them, download a release's wheel (cached), extract its source tree. Cached under
+~/.cache/sglang-sm120/pypi (SGLANG_SM120_CACHE moves the root): wheels/ (checked against PyPI's sha256 on every use),
+meta/<version>.json (the wheel picked and its sha256: a release works offline) and src/<version>/. After 0.5.9 SGLang
+ships compiled wheels per Python and platform with the same Python sources: one wheel stands for the release."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
@@ -33,7 +30,7 @@ from sm120.errors import CheckFailed, UsageError
 PACKAGE = "sglang"
 INDEX = os.environ.get("SGLANG_SM120_PYPI", "https://pypi.org/pypi")
 TIMEOUT = (10, 120)
-_BYTES = {"unit": "B", "unit_scale": True, "unit_divisor": 1024}  # a download's progress bar
+_BYTES = {"unit": "B", "unit_scale": True, "unit_divisor": 1024}  # a download's bar (disable=None: none if no tty)
 
 
 def cache_home() -> Path:
@@ -45,9 +42,9 @@ def cache_root() -> Path:
     return cache_home() / "pypi"
 
 
-def parse_version(text: str) -> Version:
+def parse_version(text: str, option: str = "--sglang") -> Version:
     if (version := _parsed(text)) is None:
-        raise UsageError(f"--sglang {text!r} is not a version (like 0.5.9)")
+        raise UsageError(f"{option} {text!r} is not a version (like 0.5.9)")
     return version
 
 
@@ -60,37 +57,30 @@ class WheelFile:
     size: int
 
 
-def _get_json(url: str) -> Any:
-    try:
-        response = requests.get(url, timeout=TIMEOUT)
-    except requests.RequestException as exc:
-        raise CheckFailed(f"cannot reach PyPI ({url}): {type(exc).__name__}") from None
-    if response.status_code == 404:
-        return None
-    if not response.ok:
-        raise CheckFailed(f"PyPI answered {response.status_code} for {url}")
-    try:
-        return response.json()
-    except ValueError:
-        raise CheckFailed(f"PyPI answered something that is not JSON for {url}") from None
-
-
 _RELEASES: dict[str, dict[str, list[dict[str, Any]]]] = {}  # by project, fetched once per process
 
 
 def releases_of(project: str) -> dict[str, list[dict[str, Any]]]:
     """{version: [file, ...]} of a project on PyPI (sglang, torch, sglang-kernel, ...) from its JSON API."""
-    if project not in _RELEASES:
-        data = _get_json(f"{INDEX}/{project}/json")
-        if data is None:  # sglang missing is PyPI's (or the mirror's) fault; another project, the caller's
-            raise (CheckFailed if project == PACKAGE else UsageError)(f"PyPI has no project {project!r}")
-        _RELEASES[project] = data["releases"]
+    if project in _RELEASES:
+        return _RELEASES[project]
+    url = f"{INDEX}/{project}/json"
+    try:
+        response = requests.get(url, timeout=TIMEOUT)
+    except requests.RequestException as exc:
+        raise CheckFailed(f"cannot reach PyPI ({url}): {type(exc).__name__}") from None
+    if response.status_code == 404:  # sglang missing is PyPI's (or the mirror's) fault; another project, the caller's
+        raise (CheckFailed if project == PACKAGE else UsageError)(f"PyPI has no project {project!r}")
+    if not response.ok:
+        raise CheckFailed(f"PyPI answered {response.status_code} for {url}")
+    try:
+        _RELEASES[project] = response.json()["releases"]
+    except ValueError:
+        raise CheckFailed(f"PyPI answered something that is not JSON for {url}") from None
     return _RELEASES[project]
 
 
-def all_releases() -> dict[str, list[dict[str, Any]]]:
-    """sglang's releases: what final_releases reads (tests put their own list here)."""
-    return releases_of(PACKAGE)
+all_releases = functools.partial(releases_of, PACKAGE)  # sglang's: what final_releases reads (tests replace it)
 
 
 def release_files(project: str, version: str) -> list[dict[str, Any]] | None:
@@ -130,26 +120,17 @@ def _meta_path(version: str) -> Path:
     return cache_root() / "meta" / f"{version}.json"
 
 
-def _read_meta(meta: Path, version: str) -> WheelFile | None:
-    """The cached record for a release, or None when it is missing or not a record of this release."""
-    try:
-        wheel = TypeAdapter(WheelFile).validate_json(meta.read_bytes(), strict=True)
-    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
-        return None
-    name = wheel.filename
-    sound = name.endswith(".whl") and "/" not in name and re.fullmatch(r"[0-9a-f]{64}", wheel.sha256) is not None
-    return wheel if sound and wheel.version == version else None
-
-
 def wheel_for(version: str, *, refresh: bool = False) -> WheelFile:
-    """The wheel that stands for `version`: from the cache when known (and sound), else from PyPI."""
+    """The wheel that stands for `version`: from the cache when its record is sound, else from PyPI."""
     parse_version(version)
     meta = _meta_path(version)
-    if not refresh and meta.exists():
-        cached = _read_meta(meta, version)
-        if cached is not None:
-            return cached
-        meta.unlink(missing_ok=True)  # not a record of this release: fetched again below
+    if not refresh:  # a record missing, not one, or not of this release is fetched again below
+        with contextlib.suppress(OSError, ValueError):  # pydantic's ValidationError is a ValueError
+            cached = TypeAdapter(WheelFile).validate_json(meta.read_bytes(), strict=True)
+            name = cached.filename
+            sound = name.endswith(".whl") and "/" not in name and re.fullmatch(r"[0-9a-f]{64}", cached.sha256)
+            if sound and cached.version == version:
+                return cached
     files = release_files(PACKAGE, version)
     if not files:
         try:
@@ -189,8 +170,7 @@ def _fetch(wheel: WheelFile, partial: Path, progress: Callable[[str], None] | No
     try:
         with requests.get(wheel.url, stream=True, timeout=TIMEOUT) as response, open(partial, "wb") as handle:
             response.raise_for_status()
-            quiet = not sys.stderr.isatty()
-            with tqdm(total=wheel.size, desc=wheel.filename, disable=quiet, leave=False, **_BYTES) as bar:
+            with tqdm(total=wheel.size, desc=wheel.filename, disable=None, leave=False, **_BYTES) as bar:
                 for chunk in response.iter_content(1 << 20):
                     bar.update(handle.write(chunk))
     except requests.RequestException as exc:
@@ -210,19 +190,15 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def download(version: str, *, progress: Callable[[str], None] | None = None) -> Path:
-    """The release's wheel in the cache, downloaded and sha256-checked if not there yet or not sound. A cached wheel
-    is hashed (a size can match a corrupt file); a mismatch fetches the record and the wheel again, once; a second
-    mismatch is an error naming what to delete."""
+    """The release's wheel in the cache, hashed on every use (a size can match a corrupt file); a mismatch fetches
+    the record and the wheel again, once; a second one is an error naming what to delete (tracks-and-patches.md)."""
     with locked(cache_root() / "locks" / f"wheel-{version}"):
-        wheel = wheel_for(version)
-        target = cache_root() / "wheels" / wheel.filename
-        refreshed = False
-        if target.is_file():
-            if _sha256(target) == wheel.sha256:
-                return target
-            wheel, refreshed = wheel_for(version, refresh=True), True  # the record may be the stale half
+        for refreshed in (False, True):  # a cached wheel that does not match: the record may be the stale half
+            wheel = wheel_for(version, refresh=refreshed)
             target = cache_root() / "wheels" / wheel.filename
-            if target.is_file() and _sha256(target) == wheel.sha256:
+            if not target.is_file():
+                break
+            if _sha256(target) == wheel.sha256:
                 return target
         digest = ""
         for _attempt in (1, 2):
@@ -266,10 +242,9 @@ def source_tree(version: str, *, progress: Callable[[str], None] | None = None) 
     """The release's Python sources (site-packages layout) in the cache, for checks. Extracted once, from the
     wheel the record names (a tree from another wheel, e.g. before the record was fetched again, is redone)."""
     target = cache_root() / "src" / version
-    marker = target / ".complete"
     with locked(cache_root() / "locks" / f"src-{version}"):
         with contextlib.suppress(OSError, UnicodeDecodeError):
-            if marker.read_text(encoding="utf-8").strip() == wheel_for(version).filename:
+            if (target / ".complete").read_text(encoding="utf-8").strip() == wheel_for(version).filename:
                 return target
         wheel = download(version, progress=progress)
         target.parent.mkdir(parents=True, exist_ok=True)

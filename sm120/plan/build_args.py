@@ -4,29 +4,22 @@ declares, without a value, the ones it uses)."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from sm120.plan.exported import FACTS
-from sm120.plan.plan_types import Plan
+if TYPE_CHECKING:  # the lender's benchmarks/kernel_build.py reads stages here without pydantic (plan_types needs it)
+    from sm120.plan.plan_types import Plan
 
 
 def write(plan: Plan) -> dict[str, str]:
     """Every build arg of the image `plan` builds, by name (sm120/plan/exported.py FACTS)."""
+    from sm120.plan.exported import FACTS
+
     return {f.arg: f.value(plan) for f in FACTS if f.arg}
 
 
 def stage_env(build_args: dict[str, str], dockerfile: str, stage: str) -> dict[str, str]:
     """The build args the Dockerfile's `stage` declares, with their values: that stage's environment."""
     return {name: build_args[name] for name in sorted(stage_args(dockerfile)[stage])}
-
-
-def _unquote(value: str) -> str:
-    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
-
-
-def dockerfile_defaults(text: str) -> dict[str, str]:
-    """The Dockerfile's `ARG NAME=default` declarations above its first FROM."""
-    head = text[: text.index("\nFROM ")]
-    return {name: _unquote(value) for name, value in re.findall(r"^ARG (\w+)=(.*)$", head, flags=re.MULTILINE)}
 
 
 def stages(text: str) -> dict[str, str]:

@@ -26,9 +26,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(plan.to_json())
     else:
-        track = config.track(plan.sglang_version)
-        published = config.project.published_profile
-        print(render(plan, resolve.differences(config, plan.profile, track), published))
+        differences = resolve.differences(config, plan.profile, config.track(plan.sglang_version))
+        print(render(plan, differences, config.project.published_profile))
     return 0
 
 

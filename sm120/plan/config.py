@@ -1,7 +1,5 @@
-"""build.toml, loaded once into one typed, validated object.
-
-Every error names the file, the key and what is allowed, in one line (`UsageError`).
-"""
+"""build.toml, loaded once into one typed, validated object. Every error names the file, the key and what is allowed,
+in one line (`UsageError`)."""
 
 from __future__ import annotations
 
@@ -71,8 +69,7 @@ class Project(Strict):
     description: str
     licenses: str
     image: str = Field(pattern=r"^[a-z0-9][a-z0-9._/-]*$")
-    # The published image's profile: its tags carry no profile suffix, and `plan` shows how another profile differs.
-    published_profile: str
+    published_profile: str  # its tags carry no profile suffix (build.toml says more)
 
 
 class Image(Strict):
@@ -121,9 +118,7 @@ class SglKernelWheel(Strict):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     cuda: str = Field(pattern=r"^\d+\.\d+$")
     why: str = Field(min_length=1)  # which file of several uploads, and why
-    # The SASS the wheel carries (the label sgl-kernel.archs, as pypi_archs is for PyPI's wheel), and where that
-    # was read (its CMake defaults, or cuobjdump on the wheel).
-    archs: list[str] = Field(min_length=1)
+    archs: list[str] = Field(min_length=1)  # the SASS it carries (the label sgl-kernel.archs), read in archs_source
     archs_source: str = Field(min_length=1)
 
 
@@ -132,9 +127,7 @@ class SglKernel(Strict):
     version: str = Field(pattern=_VERSION_RE)
     pypi_cuda: str = Field(pattern=r"^\d+\.\d+$")
     pypi_archs: list[str]
-    # How each profile gets it: `wheel` (the [wheel] below), `pypi`, or `source` (compiled from the SGLang
-    # release tag for sm_120a; opt-in, unproven here).
-    install: dict[str, Literal["wheel", "pypi", "source"]] = Field(min_length=1)
+    install: dict[str, Literal["wheel", "pypi", "source"]] = Field(min_length=1)  # by profile: how it gets it
     wheel: SglKernelWheel | None = None
 
     @model_validator(mode="after")
@@ -149,9 +142,7 @@ class Fixup(Strict):
 
     requirement: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==\S+$")
     torch_cuda: str = Field(pattern=r"^\d+$")  # the CUDA major of the torch build it applies to
-    # How docker/stages/fixups.sh installs it (its words, carried by the build arg FIXUP_PINS): `no-deps`: pip
-    # install --force-reinstall --no-deps (upstream's mode); `deps`: a plain pip install.
-    install: Literal["no-deps", "deps"]
+    install: Literal["no-deps", "deps"]  # docker/stages/fixups.sh's words (build.toml says what each does)
     source: str = Field(min_length=1)  # where the pin comes from (upstream's Dockerfile, ...)
     reason: str = Field(min_length=1)
 
@@ -166,15 +157,12 @@ class Ranged(Strict):
         return in_range(self.sglang, version)
 
 
-# When a runtime rule applies (all listed conditions must hold): the conditions' names and meaning live with the
-# entrypoint that judges them (sm120/image/entrypoint/spec.py CONDITIONS).
+# When a runtime rule applies (all must hold), named by the entrypoint that judges them (spec.py CONDITIONS).
 RuleCondition = Literal[tuple(CONDITIONS)]  # type: ignore[valid-type]
 
 
 class RuntimeRule(Ranged):
-    """What sm_120 needs from a track at run time, applied by the entrypoint (the user can override). `name` is how a
-    user turns the rule off (SKIP_RUNTIME_RULES=name); `requires_patch` names a patch whose change (its upstream_check)
-    must be in the installed SGLang, whether this image applied it or upstream already has it."""
+    """What sm_120 needs from a track at run time, applied by the entrypoint ([[runtime]] in build.toml says more)."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     when: RuleCondition | list[RuleCondition] = "always"
@@ -224,8 +212,7 @@ class LeftOut(Ranged):
 
 
 class ModePresets(Strict):
-    """A track's EAGLE-3 draft tree for one draft mode: all three numbers, or none (SGLang chooses the tree, as
-    both 0.5.9 and 0.5.23 do when --speculative-num-steps is not given); `reason` says where the choice comes from."""
+    """A track's EAGLE-3 draft tree for one draft mode: all three numbers, or none (SGLang chooses the tree)."""
 
     spec_num_steps: int | None = Field(default=None, ge=1)
     spec_eagle_topk: int | None = Field(default=None, ge=1)
@@ -234,9 +221,8 @@ class ModePresets(Strict):
 
 
 class Probe(Strict):
-    """How the image's HEALTHCHECK, the Kubernetes probes and Compose ask whether SGLang serves ([tracks."X".probe];
-    tests/unit/test_probes.py keeps the three equal to this). `sglang_timeout_s` is SGLang's own wait in the route (its
-    /health waits up to SGLANG_HEALTH_CHECK_TIMEOUT seconds; tests/upstream/test_health_probe.py reads it there):
+    """How the HEALTHCHECK, the Kubernetes probes and Compose ask whether SGLang serves ([tracks."X".probe]).
+    `sglang_timeout_s`: SGLang's own wait in its /health (SGLANG_HEALTH_CHECK_TIMEOUT; tests/upstream reads it);
     `timeout_s` is above it, or a probe would call a slow but working server dead."""
 
     route: str = Field(pattern=r"^/[A-Za-z0-9/_.-]*$")
@@ -265,14 +251,12 @@ class Probe(Strict):
 
 
 class NotShipped(Ranged):
-    """Files of the venv that serving on sm_120 never loads, left out of the runtime image ([[not_shipped]]): globs
-    relative to site-packages, why they are never loaded, and where that was read."""
+    """Files of the venv that serving on sm_120 never loads, left out of the runtime image ([[not_shipped]])."""
 
     paths: list[str] = Field(min_length=1)
     reason: str = Field(min_length=1)
     source: str = Field(min_length=1)
-    # Only where torch is a build for this CUDA major (the CUDA libraries' wheels lay out differently per major);
-    # None: wherever the track is built.
+    # The CUDA major of the torch builds it holds for (their CUDA libraries lay out differently); None: every build.
     torch_cuda: str | None = Field(default=None, pattern=r"^\d+$")
 
     @field_validator("paths")
@@ -325,8 +309,11 @@ class Track(Strict):
         return data
 
 
+HEAD_DIMS = (32, 64, 96, 128, 192, 256)  # flash-attn's, what a profile's "all" builds
+
+
 class FlashAttnKernels(Strict):
-    head_dims: Literal["all"] | list[Literal[32, 64, 96, 128, 192, 256]]
+    head_dims: Literal["all"] | list[Literal[HEAD_DIMS]]  # type: ignore[valid-type]
     dtypes: list[Literal["fp16", "bf16"]] = Field(min_length=1)
     backward: bool = False
 
@@ -341,9 +328,7 @@ class Profile(Strict):
     python: str = Field(pattern=r"^3\.\d+$")
     torch_index: str | None = None
     flash_attn: FlashAttnKernels
-    # FlashInfer modules built into the image (sm120/plan/prebuilt.py): "census" (all that a first start on sm_120
-    # compiles) or some of the census's names; the rest compile at first use, into the cache volume.
-    flashinfer_prebuilt: Literal["census"] | list[str] = []
+    flashinfer_prebuilt: Literal["census"] | list[str] = []  # FlashInfer's modules built in (sm120/plan/prebuilt.py)
 
 
 class LocalBases(Strict):
@@ -356,9 +341,8 @@ class LocalBases(Strict):
 class BuilderNeeds(Strict):
     """What a machine needs to build one profile's image; `build.py preflight` checks the Docker Engine against it."""
 
-    # Free space where the engine keeps its data (docker info: DockerRootDir) that one track's build needs from
-    # nothing, and (when set) once that track's image is in the engine with its stages cached: a rebuild then
-    # writes only what changed above them (the runtime layers and their export).
+    # Free space under the engine's DockerRootDir for one track's build from nothing, and (when set) for a rebuild
+    # once that track's image is in the engine with its stages cached.
     min_disk_gib: float = Field(gt=0)
     min_disk_gib_rebuild: float | None = Field(default=None, gt=0)
     min_memory_gib: float = Field(gt=0)  # the engine's memory (docker info: MemTotal)
@@ -367,9 +351,7 @@ class BuilderNeeds(Strict):
 class Mode(Strict):
     summary: str
     args: list[str] = []
-    # Needs DRAFT_MODEL_PATH, an EAGLE-3 drafter (the entrypoint checks its config.json); every track then says
-    # which draft tree it runs ([tracks."X".presets.NAME]).
-    draft: bool = False
+    draft: bool = False  # needs DRAFT_MODEL_PATH, an EAGLE-3 drafter; every track says its tree in presets.NAME
 
 
 class Eagle3Drafter(Strict):
@@ -423,8 +405,7 @@ class Patch(Strict):
 
 
 class Sm120Trap(Strict):
-    """A backend or setting known not to run on sm_120 ([[sm120_traps]]). The start-up check (T2.5) fails when
-    SGLang's own decision for a supported model lands on one of `values` in one of `settings`, naming `fix`."""
+    """A backend or setting known not to run on sm_120 ([[sm120_traps]]; build.toml says how verify uses it)."""
 
     settings: list[str] = Field(min_length=1)
     values: list[StrictBool | StrictInt | StrictStr] = Field(min_length=1)
@@ -433,9 +414,7 @@ class Sm120Trap(Strict):
     source: str = Field(min_length=1)
     sglang: VersionRange | None = None  # the releases it holds for; None: every release
     quantization: list[str] = []  # only where SGLang's quantization is one of these; empty: any
-    # Only where the EAGLE-3 draft model's attention (SGLang's ModelConfig.attention_arch: "MLA", "MHA") is one of
-    # these; empty: any case.
-    draft_attention: list[str] = []
+    draft_attention: list[str] = []  # only where the drafter's ModelConfig.attention_arch ("MLA", ...) is one of these
 
     def applies(self, version: str, quantization: str | None, draft_attention: str | None = None) -> bool:
         return (
@@ -674,35 +653,27 @@ def _resolve_tracks(config: Config) -> dict[str, Track]:
 
 def _check_defaults(config: Config) -> None:
     """[defaults] and [project] published_profile name a mode, a track and profiles that exist."""
-    name, default, sglang = config.path.name, config.defaults.mode, config.defaults.sglang
-    if default not in config.modes:
-        raise UsageError(
-            f"{name}: defaults.mode = {default!r} is not a mode {_choices('modes', config.modes, default)}"
-        )
+    name, default = config.path.name, config.defaults.mode
     cmd = image_cmd_mode(config.root)
-    if cmd is not None and cmd != default:
+    if cmd is not None and cmd != default and default in config.modes:
         raise UsageError(
             f"{name}: defaults.mode = {default!r}, but the image's CMD runs {cmd!r} (Dockerfile CMD [{cmd!r}]): "
             "make them the same mode"
         )
-    if sglang not in config.tracks:
-        raise UsageError(
-            f"{name}: defaults.sglang = {sglang!r} has no track {_choices('tracks', config.tracks, sglang)}"
-        )
-    profiles = {
-        "defaults.profile": config.defaults.profile,
-        "project.published_profile": config.project.published_profile,
-    }
-    for key, profile in profiles.items():
-        if profile not in config.profiles:
-            raise UsageError(
-                f"{name}: {key} = {profile!r} is not a profile {_choices('profiles', config.profiles, profile)}"
-            )
+    named = (
+        ("defaults.mode", default, "modes", "is not a mode"),
+        ("defaults.sglang", config.defaults.sglang, "tracks", "has no track"),
+        ("defaults.profile", config.defaults.profile, "profiles", "is not a profile"),
+        ("project.published_profile", config.project.published_profile, "profiles", "is not a profile"),
+    )
+    for key, value, kind, what in named:
+        if value not in (table := getattr(config, kind)):
+            raise UsageError(f"{name}: {key} = {value!r} {what} {_choices(kind, table, value)}")
 
 
 def _check_presets(config: Config, version: str, track: Track) -> None:
-    """Each draft mode has the track's draft tree, and it is one SGLang can run: all three numbers or none, draft
-    tokens from 2 to 1 + top-k + (steps - 1) * top-k^2 (spec.draft_tree_most)."""
+    """Each draft mode has the track's draft tree, and one SGLang can run: all three numbers or none, draft tokens
+    from 2 to 1 + top-k + (steps - 1) * top-k^2 (spec.draft_tree_most)."""
     name = config.path.name
     where = f'tracks."{version}".presets'
     for mode_name, presets in track.presets.items():

@@ -118,10 +118,9 @@ def _gone_is_fine() -> Iterator[None]:
 
 def remove_labelled(engine: Any, label: str, *, settle_s: float = 0.0, limit_s: float = 60.0) -> list[str]:
     """Remove every container carrying `label` (`key=value`) with its anonymous volumes; returns the names removed.
-
-    A create request that was in flight when a step was interrupted can finish after a first listing: after an
-    interruption, pass `settle_s` and the listing is repeated until it has been empty that long. It gives up after
-    `limit_s` (a removal the engine never finishes): the caller lists what is left."""
+    A create in flight when a step was interrupted can finish after a first listing: `settle_s` repeats the listing
+    until it has been empty that long. It gives up after `limit_s` (a removal never finished): the caller lists what
+    is left."""
     removed: list[str] = []
     started = quiet_since = time.monotonic()
     while True:

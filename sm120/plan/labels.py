@@ -6,17 +6,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
 from sm120.errors import UsageError
 from sm120.plan import ROOT, tomllib
+from sm120.plan.config import Project
 from sm120.plan.exported import ABSENT, FACTS, Kernels, LabelError, Patch
 from sm120.plan.plan_types import Plan
-
-if TYPE_CHECKING:
-    from sm120.plan.config import Project
 
 # Labels the suite reads; an image without them was not built by `build.py build`.
 REQUIRED = tuple(f.label for f in FACTS if f.label and f.required)
@@ -81,14 +78,8 @@ class Expect:
 
     @property
     def versions(self) -> dict[str, str]:
-        """Import name -> the version its label promises."""
-        return {
-            "torch": self.torch,
-            "sglang": self.sglang,
-            "sgl_kernel": self.sgl_kernel,
-            "flashinfer": self.flashinfer,
-            "flash_attn": self.flash_attn,
-        }
+        """Import name -> the version its label promises (each field is named after its import name)."""
+        return {name: getattr(self, name) for name in ("torch", "sglang", "sgl_kernel", "flashinfer", "flash_attn")}
 
 
 def is_labelled_version(found: str, label: str) -> bool:

@@ -1,5 +1,5 @@
-"""The plan as a tree of frozen, typed objects (standard library only). Field order is the order of `plan --json`'s
-keys: do not reorder fields."""
+"""The plan as a tree of frozen, typed objects. Field order is the order of `plan --json`'s keys: do not reorder
+fields."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from typing import Any
 
 # The entrypoint's part of the plan is defined by the module the image's entrypoint reads it with.
 from sm120.image.entrypoint.spec import EntrypointSpec
-
-ALL_HEAD_DIMS = [32, 64, 96, 128, 192, 256]
+from sm120.plan.config import Image, Probe  # the image's settings and the track's probe, as build.toml has them
 
 
 def cuda_major(version: str) -> str:
@@ -80,27 +79,6 @@ class SglKernel:
 
 
 @dataclass(frozen=True)
-class ImageSettings:
-    user: str
-    uid: int
-    cache_dir: str
-    port: int
-
-
-@dataclass(frozen=True)
-class Probe:
-    """The track's [tracks."X".probe] (the image's HEALTHCHECK reads `route` and `timeout_s` from plan.json)."""
-
-    route: str
-    sglang_timeout_s: int  # SGLang's own wait in the route (SGLANG_HEALTH_CHECK_TIMEOUT's default)
-    timeout_s: int
-    interval_s: int
-    start_period_s: int
-    retries: int
-    reason: str
-
-
-@dataclass(frozen=True)
 class Plan:
     profile: str
     sglang_version: str
@@ -132,7 +110,7 @@ class Plan:
     build_args: dict[str, str]  # written by sm120.plan.build_args
     stand_ins: list[str]
     differences: list[str]
-    image: ImageSettings
+    image: Image
     probe: Probe
     entrypoint: EntrypointSpec
     tracks: list[str]  # every SGLang track build.toml has (the publish matrix)
@@ -144,7 +122,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | {"image": self.image.model_dump(), "probe": self.probe.model_dump()}
 
     def to_json(self) -> str:
         """The plan as `build.py plan --json` prints it and the image holds it (/etc/sglang-sm120/plan.json)."""

@@ -1,10 +1,6 @@
-"""FlashInfer modules prebuilt in the image (issue #36): a profile's `flashinfer_prebuilt` (build.toml) resolved
-against the census of what a first start on sm_120 builds (flashinfer_census.toml beside this module, read from
-SGLang's and FlashInfer's source, every entry with its reason). The result is the plan's `flashinfer_prebuilt`, and
-as JSON the build arg FLASHINFER_PREBUILT that docker/stages/flashinfer_prebuilt.py builds from.
-
-The census is of one FlashInfer version: a track that pins another prebuilds nothing (its modules and generators
-are not the census's), and its plan says so."""
+"""FlashInfer modules prebuilt in the image (issue #36): a profile's `flashinfer_prebuilt` resolved against the census
+of what a first start on sm_120 builds (flashinfer_census.toml), into the plan's `flashinfer_prebuilt` (as JSON, the
+build arg FLASHINFER_PREBUILT). The census is of one FlashInfer version: a track that pins another prebuilds nothing."""
 
 from __future__ import annotations
 

@@ -28,17 +28,14 @@ from sm120.plan import build_args as build_args_format
 from sm120.plan import labels as labels_format
 from sm120.plan import prebuilt
 from sm120.plan import resources as res
-from sm120.plan.config import Config, FlashAttnKernels, ModePresets, Profile, Track
+from sm120.plan.config import HEAD_DIMS, Config, FlashAttnKernels, ModePresets, Profile, Track
 from sm120.plan.config import load as load_config
 from sm120.plan.plan_types import (
-    ALL_HEAD_DIMS,
     FixupPin,
     FlashAttn,
-    ImageSettings,
     NotShippedPaths,
     PatchRef,
     Plan,
-    Probe,
     SglKernel,
     SkippedPatch,
     cuda_major,
@@ -139,7 +136,7 @@ def _flashinfer_jobs(
 
 
 def _flash_attn(config: Config, track: Track, kernels: FlashAttnKernels) -> FlashAttn:
-    head_dims = ALL_HEAD_DIMS if kernels.head_dims == "all" else sorted(kernels.head_dims)
+    head_dims = HEAD_DIMS if kernels.head_dims == "all" else sorted(kernels.head_dims)
     return FlashAttn(
         version=track.flash_attn,
         archs=[a.replace(".", "") for a in config.cuda.archs],
@@ -205,9 +202,8 @@ def _drafters(config: Config, profile_name: str) -> dict[str, DrafterElsewhere]:
 
 
 def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str], profile_name: str) -> EntrypointSpec:
-    """What docker/entrypoint.py reads from the image's plan.json (its `entrypoint` key). A rule's `requires_patch`
-    becomes that patch's upstream_check, matched against the installed SGLang: the rule applies whether this image
-    applied the patch or upstream already has the change."""
+    """What docker/entrypoint.py reads from the image's plan.json (its `entrypoint` key); a rule's `requires_patch`
+    becomes that patch's upstream_check, found in the installed SGLang whoever applied the change."""
     runtime: list[RuntimeRuleSpec] = []
     for rule in track.runtime:  # one name per track: config checks it
         requires = None
@@ -235,28 +231,10 @@ def _entrypoint(config: Config, track: Track, version: str, cuda_archs: list[str
     )
 
 
-def load_plan(
-    config: Config | str | Path | None = None,
-    *,
-    profile: str | None = None,
-    sglang: str | None = None,
-    max_jobs: int | None = None,
-    cpus: int | None = None,
-    memory_gib: float | None = None,
-) -> Plan:
-    """The plan of build.toml (a loaded Config, a path, or None for the checkout's) for a profile and a track, on
-    this machine or on one of `cpus` CPUs and `memory_gib` GiB: what every command and benchmark resolves."""
-    if not isinstance(config, Config):
-        config = load_config(config)
-    machine = None
-    if cpus is not None or memory_gib is not None:
-        here = res.detect()
-        machine = res.Resources(
-            cpus=cpus or here.cpus,
-            memory_bytes=int(memory_gib * res.GIB) if memory_gib else here.memory_bytes,
-            source="given by --cpus/--memory-gib",
-        )
-    return resolve(config, profile=profile, sglang=sglang, max_jobs=max_jobs, machine=machine)
+def load_plan(config: Config | str | Path | None = None, **options: Any) -> Plan:
+    """The plan of build.toml (a loaded Config, a path, or None for the checkout's), `resolve`d with `options`: what
+    every command and benchmark resolves."""
+    return resolve(config if isinstance(config, Config) else load_config(config), **options)
 
 
 def plan_from_args(config: Config, args: Any) -> Plan:
@@ -273,7 +251,10 @@ def resolve(
     sglang: str | None = None,
     max_jobs: int | None = None,
     machine: res.Resources | None = None,
+    cpus: int | None = None,
+    memory_gib: float | None = None,
 ) -> Plan:
+    """The plan for a profile and a track, on `machine` or this one (`cpus` CPUs and `memory_gib` GiB where given)."""
     profile_name = profile or config.defaults.profile
     version = sglang or config.defaults.sglang
     profile_settings = config.profile(profile_name)
@@ -295,6 +276,9 @@ def resolve(
 
     figures = config.parallelism
     machine = machine or res.detect()
+    if cpus is not None or memory_gib is not None:
+        memory_bytes = int(memory_gib * res.GIB) if memory_gib else machine.memory_bytes
+        machine = res.Resources(cpus or machine.cpus, memory_bytes, source="given by --cpus/--memory-gib")
     job_memory_gib = figures.compile_job_memory_gib_backward if flash_attn.backward else figures.compile_job_memory_gib
     parallelism = res.parallelism(
         machine,
@@ -353,8 +337,8 @@ def resolve(
             f"{key}: {mine!r} ({config.project.published_profile}: {theirs!r})"  # plan.json's form, as it always was
             for key, mine, theirs in differences(config, profile_name, track)
         ],
-        image=ImageSettings(**config.image.model_dump()),
-        probe=Probe(**track.probe.model_dump()),
+        image=config.image,
+        probe=track.probe,
         entrypoint=_entrypoint(config, track, version, list(config.cuda.archs), profile_name),
         tracks=sorted(config.tracks, key=Version),
         sm120_traps=[trap.model_dump() for trap in config.sm120_traps],

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GIB = 1024**3
-# cgroup v1 reports "no limit" as a huge page-rounded number.
-_V1_UNLIMITED = 1 << 60
+_V1_UNLIMITED = 1 << 60  # cgroup v1 reports "no limit" as a huge page-rounded number, v2 as "max"
 
 
 @dataclass(frozen=True)
@@ -70,19 +69,14 @@ def _v2_cpu(d: Path) -> float | None:
     return int(quota) / int(period) if quota and quota != "max" and period else None
 
 
-def _v2_memory(d: Path) -> int | None:
-    text = _read(d / "memory.max")
-    return int(text) if text and text != "max" else None
-
-
 def _v1_cpu(d: Path) -> float | None:
     quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
     return int(quota) / int(period) if quota and period and int(quota) > 0 else None
 
 
-def _v1_memory(d: Path) -> int | None:
-    text = _read(d / "memory.limit_in_bytes")
-    return int(text) if text and int(text) < _V1_UNLIMITED else None
+def _memory(d: Path, name: str) -> int | None:
+    text = _read(d / name)
+    return int(text) if text and text != "max" and int(text) < _V1_UNLIMITED else None
 
 
 def _meminfo_total(proc: Path) -> int:
@@ -108,12 +102,13 @@ def detect(
     cgroot = sysfs / "fs" / "cgroup"
     if v2 is not None and (cgroot / "cgroup.controllers").exists():
         dirs = _ancestors(cgroot, v2)
-        cpu_limit, mem_limit = _smallest(dirs, _v2_cpu), _smallest(dirs, _v2_memory)
+        cpu_limit, mem_limit = _smallest(dirs, _v2_cpu), _smallest(dirs, lambda d: _memory(d, "memory.max"))
         kind = "cgroup v2"
     else:
         cpu_dir = cgroot / "cpu,cpuacct" if (cgroot / "cpu,cpuacct").exists() else cgroot / "cpu"
         cpu_limit = _smallest(_ancestors(cpu_dir, v1.get("cpu", "")), _v1_cpu)
-        mem_limit = _smallest(_ancestors(cgroot / "memory", v1.get("memory", "")), _v1_memory)
+        mem_dirs = _ancestors(cgroot / "memory", v1.get("memory", ""))
+        mem_limit = _smallest(mem_dirs, lambda d: _memory(d, "memory.limit_in_bytes"))
         kind = "cgroup v1"
     if cpu_limit is not None and cpu_limit < cpus:
         cpus, cpu_source = cpu_limit, f"{kind} cpu quota"
@@ -150,7 +145,7 @@ def parallelism(
             f"one compile job may need {per_job:.1f} GiB, more than {memory_fraction:.0%} of "
             f"{resources.memory_gib:.1f} GiB: the build may be killed for memory"
         )
-    auto = max(1, min(by_cpu, by_memory))
+    jobs = max(1, min(by_cpu, by_memory))
     limiter = "CPUs" if by_cpu <= by_memory else "memory"
     reason = (
         f"{resources.cpus} CPUs / {nvcc_threads} nvcc thread(s) = {by_cpu} jobs; "
@@ -158,7 +153,5 @@ def parallelism(
         f"limited by {limiter} ({resources.source})"
     )
     if max_jobs_override is not None:
-        return Parallelism(
-            max_jobs_override, nvcc_threads, f"--max-jobs {max_jobs_override} (the rule gave {auto}: {reason})", warning
-        )
-    return Parallelism(auto, nvcc_threads, reason, warning)
+        jobs, reason = max_jobs_override, f"--max-jobs {max_jobs_override} (the rule gave {jobs}: {reason})"
+    return Parallelism(jobs, nvcc_threads, reason, warning)

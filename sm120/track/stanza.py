@@ -86,10 +86,6 @@ def _inline(value: Any) -> bool:
     return flat and len(value) <= 4 and len(value_text(value)) <= 80
 
 
-def _is_aot(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-
-
 def render(version: str, data: dict[str, Any], derived: Derived, copied: list[tuple[str, ...]], source: str) -> str:
     """The stanza's text: a header comment, the track's tables, each key with its source or a review mark."""
     review = _comment(f'review: copied from [tracks."{source}"] (its comments there say why); check it for {version}')
@@ -113,7 +109,8 @@ def render(version: str, data: dict[str, Any], derived: Derived, copied: list[tu
         for key, value in data.items():
             sub = (*path, key)
             facts_under = any(len(d) > len(sub) and d[: len(sub)] == sub for d in derived.facts)
-            if (isinstance(value, dict) and not aot and (facts_under or not _inline(value))) or _is_aot(value):
+            tables = isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+            if (isinstance(value, dict) and not aot and (facts_under or not _inline(value))) or tables:
                 nested.append((key, value))
             else:
                 plain.append((key, value))

@@ -37,15 +37,10 @@ def _digest(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def _record(text: str) -> dict[str, str]:
-    """RECORD -> {member: 'sha256=<urlsafe base64>'} (RECORD itself and unhashed lines left out)."""
-    return {row[0]: row[1] for row in csv.reader(io.StringIO(text)) if len(row) >= 2 and row[1]}
-
-
-def _fetch(wheel: pypi.WheelFile, names: list[str]) -> dict[str, bytes]:
+def _fetch(wheel: pypi.WheelFile, name: str) -> bytes:
     try:
         with _open(wheel.url) as archive:
-            return {name: archive.read(name) for name in names}
+            return archive.read(name)
     except KeyError as exc:
         raise CheckFailed(f"{wheel.filename} has no member {exc.args[0]!r}") from None
     except Exception as exc:  # remotezip's errors, requests' and zipfile's: one line, not a traceback
@@ -66,10 +61,10 @@ def write(path: Path, data: bytes) -> None:
 def _cached_record(wheel: pypi.WheelFile, *, refresh: bool = False) -> dict[str, str]:
     path = _directory(wheel) / "RECORD"
     if refresh or not path.is_file():
-        name = f"{dist_info(wheel)}/RECORD"
-        write(path, _fetch(wheel, [name])[name])
-    try:
-        return _record(path.read_text(encoding="utf-8"))
+        write(path, _fetch(wheel, f"{dist_info(wheel)}/RECORD"))
+    try:  # {member: 'sha256=<urlsafe base64>'} (RECORD itself and unhashed lines left out)
+        rows = csv.reader(io.StringIO(path.read_text(encoding="utf-8")))
+        return {row[0]: row[1] for row in rows if len(row) >= 2 and row[1]}
     except (OSError, UnicodeDecodeError, csv.Error):
         path.unlink(missing_ok=True)
         raise CheckFailed(f"{path}: not a wheel RECORD; deleted, run again") from None
@@ -97,7 +92,7 @@ def member(wheel: pypi.WheelFile, name: str, *, progress: Callable[[str], None] 
                 raise CheckFailed(f"{wheel.filename} has no member {name!r} (its RECORD does not list it)")
             if progress:
                 progress(f"reading {name} out of {wheel.filename} (range requests)")
-            data = _fetch(wheel, [name])[name]
+            data = _fetch(wheel, name)
             if record[name] == f"sha256={_digest(data)}":
                 write(target, data)
                 return target

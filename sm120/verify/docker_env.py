@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import tarfile
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,22 +90,18 @@ def remove_run(engine: docker.DockerClient, run_id: str, *, settle_s: float = 0.
     return image_plan.remove_labelled(engine, f"{run_label()}={run_id}", settle_s=settle_s, limit_s=limit_s)
 
 
-def archive_file(stream: Iterable[bytes], path: str) -> tuple[str, bytes]:
-    """(name, content) of the one regular file in a `get_archive` stream (what `docker cp` of a file sends)."""
-    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+def copy_out(container: Container, path: str, dest: Path) -> Path:
+    """Copy one file out of a container (`docker cp`: the one regular file of its archive) into directory `dest`;
+    returns the local path."""
+    with tarfile.open(fileobj=io.BytesIO(b"".join(container.get_archive(path)[0]))) as tar:
         member = next((m for m in tar.getmembers() if m.isfile()), None)
         source = tar.extractfile(member) if member is not None else None
         if member is None or source is None:
             raise FileNotFoundError(f"{path}: not a regular file in the container")
-        return Path(member.name).name, source.read()
-
-
-def copy_out(container: Container, path: str, dest: Path) -> Path:
-    """Copy one file out of a container (`docker cp`) into directory `dest`; returns the local path."""
-    name, data = archive_file(container.get_archive(path)[0], path)
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / name).write_bytes(data)
-    return dest / name
+        local = dest / Path(member.name).name
+        dest.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(source.read())
+    return local
 
 
 def copy_in(container: Container, files: Mapping[str, bytes | str], directory: str, *, uid: int = 0) -> None:

@@ -1,8 +1,5 @@
-"""The ELF side of `verify`: which GPU architectures a library carries SASS for, and which libraries ldd misses.
-
-SASS archs come from `cuobjdump --list-elf` (NVIDIA's `nvidia-cuda-cuobjdump` wheel, pinned in requirements.txt,
-or CUOBJDUMP / a CUDA toolkit's cuobjdump on PATH), run on the host on files copied out of the container.
-"""
+"""The ELF side of `verify`: which GPU architectures a library carries SASS for (`cuobjdump --list-elf`, run on the
+host on files copied out of the container), and which libraries ldd misses."""
 
 from __future__ import annotations
 
@@ -35,7 +32,8 @@ class CuobjdumpMissing(RuntimeError):
 
 
 def cuobjdump() -> str:
-    """The cuobjdump to use: $CUOBJDUMP, the pinned wheel's, or one on PATH."""
+    """The cuobjdump to use: $CUOBJDUMP, the pinned wheel's (`nvidia-cuda-cuobjdump`, requirements.txt), or one on
+    PATH (a CUDA toolkit's)."""
     if explicit := os.environ.get("CUOBJDUMP"):
         return explicit
     with contextlib.suppress(importlib.metadata.PackageNotFoundError):
@@ -54,8 +52,7 @@ def cuobjdump() -> str:
 
 
 def _run(tool: str | None, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    command = [tool or cuobjdump(), *args]
-    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=300, cwd=cwd)
+    return subprocess.run([tool or cuobjdump(), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def parse_list_elf(text: str, pattern: re.Pattern[str] = _CUBIN) -> list[str]:

@@ -58,9 +58,6 @@ class Persona(Strict):
             "devices": devices,
         }
 
-    def sources(self) -> dict[str, str]:
-        return {key: getattr(self, key).source for key in type(self).model_fields if key != "summary"}
-
 
 class Personas(Strict):
     default: str

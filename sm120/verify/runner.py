@@ -1,10 +1,6 @@
-"""Run the image suite (sm120/verify/suite/) against one image, print what it found, and leave nothing running.
-
-pytest runs with SM120_IMAGE=TAG in a process group of its own; the run's labelled containers are removed by its
-fixtures, and again here whatever happened. SIGINT (also where a script's background left it ignored) and SIGTERM
-raise KeyboardInterrupt (exit 130) and Terminated (143); pytest's group gets SIGINT once (its teardown) and is killed
-after GRACE_S. Removing the containers is never cut short by another signal (a third one leaves at once).
-"""
+"""Run the image suite (sm120/verify/suite/) against one image, print what it found, and leave nothing running:
+pytest (SM120_IMAGE=TAG) in a process group of its own, the run's labelled containers removed by its fixtures and
+again here whatever happened (Ctrl-C and SIGTERM: docs/verification.md, stop_on_signals)."""
 
 from __future__ import annotations
 
@@ -19,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from sm120.errors import SIGNALS, CheckFailed, UsageError, stop_on_signals
-from sm120.plan import image_plan, labels
+from sm120.plan import ROOT, image_plan, labels
 from sm120.verify import docker_env, report
 
-ROOT = Path(__file__).resolve().parents[2]
 SUITE = Path(__file__).resolve().parent / "suite"  # the checks, shipped with build.py
 GRACE_S = 10.0  # how long pytest may take to tear its containers down after Ctrl-C before it is killed
 SETTLE_S = 3.0  # after an interruption: how long no container of the run may appear before cleanup ends
@@ -73,8 +68,7 @@ def run(
         engine, _info = preflight(tag)
         run_id = docker_env.new_run_id()
         with tempfile.TemporaryDirectory(prefix="sm120-verify-") as scratch:
-            junit_path = (junit or Path(scratch) / "junit.xml").resolve()
-            junit_path.parent.mkdir(parents=True, exist_ok=True)
+            junit_path = (junit or Path(scratch) / "junit.xml").resolve()  # pytest makes its folder
             report_path = Path(scratch) / "report.json"
             env = {**os.environ, **(extra_env or {}), "SM120_IMAGE": tag, "SM120_VERIFY_RUN": run_id}
             env.update(SM120_VERIFY_REPORT=str(report_path), PYTHONDONTWRITEBYTECODE="1")

@@ -47,12 +47,11 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if not self._covers(fullname):
             return None
         self.imported.append(fullname)
+        # a package (its __path__ is []): submodules (sgl_kernel.flash_attn, ...) resolve through the finder too
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = StubModule(spec.name)
-        module.__path__ = []  # a package: submodules (sgl_kernel.flash_attn, ...) resolve through the finder too
-        return module
+        return StubModule(spec.name)
 
     def exec_module(self, module: types.ModuleType) -> None:
         pass

@@ -4,11 +4,10 @@ against, and the kernel-library failures. Plain data in and out: unit-tested wit
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,23 +52,11 @@ _MODELS = json.loads(Path(__file__).with_name("startup_models.json").read_text()
 TARGETS: dict[str, dict[str, dict[str, Any]]] = _MODELS["targets"]
 
 
-def _drafter(kind: str, target_text: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """An EAGLE-3 drafter's config.json for a target (the text config of its config.json)."""
-    spec, layers = _MODELS["drafters"][kind], int(target_text["num_hidden_layers"])
-    aux = {"eagle_aux_hidden_state_layer_ids": [1, layers // 2 - 1, layers - 4], "use_aux_hidden_state": True}
-    config = {**spec["config"], **{key: target_text[key] for key in spec["from_target"]}, "eagle_config": aux}
-    return {"config.json": {**config, **_MODELS["drafters"]["shared"]}}
-
-
-eagle3_drafter = functools.partial(_drafter, "llama")
-eagle3_mla_drafter = functools.partial(_drafter, "mla")
-
-
 @dataclass(frozen=True)
 class Family:
     key: str
     target: dict[str, dict[str, Any]]
-    drafter: Callable[[Mapping[str, Any]], dict[str, dict[str, Any]]] = eagle3_drafter
+    drafter: str = "llama"  # the kind of its EAGLE-3 drafter (startup_models.json "drafters")
     draft_only: bool = False  # only the draft modes (its baseline is another family's: the same target)
 
     @property
@@ -79,7 +66,11 @@ class Family:
 
     @property
     def draft(self) -> dict[str, dict[str, Any]]:
-        return self.drafter(self.text)
+        """The EAGLE-3 drafter's config.json for the target (from the text config of its config.json)."""
+        spec, layers = _MODELS["drafters"][self.drafter], int(self.text["num_hidden_layers"])
+        aux = {"eagle_aux_hidden_state_layer_ids": [1, layers // 2 - 1, layers - 4], "use_aux_hidden_state": True}
+        config = {**spec["config"], **{key: self.text[key] for key in spec["from_target"]}, "eagle_config": aux}
+        return {"config.json": {**config, **_MODELS["drafters"]["shared"]}}
 
     @property
     def draft_class(self) -> str:
@@ -91,7 +82,7 @@ FAMILIES = (
     Family("deepseek-v3", TARGETS["deepseek-v3"]),
     # Upstream's Kimi-K2.5 recipe drafts with an MLA drafter (sgl-project/sglang PR #27714); the published
     # sm_120 EAGLE-3 gains (Kimi-K2.6, 8x RTX PRO 6000) use that kind. Tracks whose SGLang lacks the class refuse it.
-    Family("kimi-k25-nvfp4-mla", TARGETS["kimi-k25-nvfp4"], eagle3_mla_drafter, True),
+    Family("kimi-k25-nvfp4-mla", TARGETS["kimi-k25-nvfp4"], "mla", True),
 )
 
 

@@ -21,8 +21,14 @@ SMALL = res.Resources(cpus=2, memory_bytes=8 * 1024**3, source="test")
 LARGE = res.Resources(cpus=64, memory_bytes=256 * 1024**3, source="test")
 
 
+def _unquote(value: str) -> str:
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
+
+
 def top_defaults() -> dict[str, str]:
-    return build_args.dockerfile_defaults(TEXT)
+    """The Dockerfile's `ARG NAME=default` declarations above its first FROM."""
+    head = TEXT[: TEXT.index("\nFROM ")]
+    return {name: _unquote(value) for name, value in re.findall(r"^ARG (\w+)=(.*)$", head, flags=re.MULTILINE)}
 
 
 def stages() -> dict[str, str]:

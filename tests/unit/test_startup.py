@@ -30,8 +30,9 @@ def test_every_persona_is_an_sm120_card_with_a_source_for_each_answer():
     for key, card in personas.personas.items():
         assert card.capability.value[0] == 12, key
         assert all(
-            src.startswith(("http", "NVIDIA", "CUDA", "96 GB", "32 GB", "assumption"))
-            for src in card.sources().values()
+            getattr(card, field).source.startswith(("http", "NVIDIA", "CUDA", "96 GB", "32 GB", "assumption"))
+            for field in persona.Persona.model_fields
+            if field != "summary"
         )
     pro = personas.get().answers(8)
     assert pro == {

@@ -16,30 +16,23 @@ from .errors import SweepError
 from .report import ENV, Row
 
 
-def _path_line(plan: machine.Plan, path: str) -> str:
-    """Which kernel SGLang's communicator ran (worker.symm_mem_path), and why."""
-    where = f"capability {plan.answered_capability}, world size {plan.world_size}"
-    if path == report.MULTIMEM:
-        return (
-            f"path: multimem (multimem_all_reduce_ over NVLink multicast: SGLang selects it at {where}), not two-shot; "
-            "sm_120 takes two-shot, which --capability 12 measures"
-        )
-    if path == report.TWO_SHOT:
-        return f"path: two-shot (two_shot_all_reduce_: SGLang's kernel at {where})"
-    return f"path: {path}"
-
-
 def _header(options: argparse.Namespace, plan: machine.Plan, log: list[str], path: str) -> list[str]:
     cap = f"{plan.capability[0]}.{plan.capability[1]}"
     answered = plan.answered_capability
     told = f"; the communicator was told {answered}" if answered != plan.capability[0] else ""
+    where = f"capability {answered}, world size {plan.world_size}"
+    kernels = {  # which kernel SGLang's communicator ran (worker.symm_mem_path), and why
+        report.MULTIMEM: f"multimem (multimem_all_reduce_ over NVLink multicast: SGLang selects it at {where}), not "
+        "two-shot; sm_120 takes two-shot, which --capability 12 measures",
+        report.TWO_SHOT: f"two-shot (two_shot_all_reduce_: SGLang's kernel at {where})",
+    }
     gpus = f"{plan.world_size} x {plan.gpus[0]}" if len(set(plan.gpus)) == 1 else ", ".join(plan.gpus)
     lines = [
         f"all-reduce sweep: SGLang {plan.sglang}'s TorchSymmMemCommunicator against NCCL, bf16, TP {plan.world_size}, "
         + ("inside CUDA graphs" if options.cuda_graph else "eager"),
         f"GPUs: {gpus} (capability {cap}{told})",
         *(f"communicator: {re.sub(r'^[A-Z]+: (TorchSymmMemCommunicator: )?', '', m)}" for m in log if ENV not in m),
-        _path_line(plan, path),
+        f"path: {kernels.get(path, path)}",
         f"(the sweep sets {ENV} for its own communicator, so that every size it measures takes {path})",
         f"timings: median of {options.repeats} repeats after {options.warmup} warm-up, the slowest rank's; "
         "a repeat runs several all-reduces back to back (1 to 64, fewer for larger messages)",

@@ -1,5 +1,4 @@
-"""The sweep's command line: `allreduce-sweep [--tp N] [--sizes LIST] [--repeats N] [--warmup N] [--cuda-graph]
-[--capability MAJOR] [--json FILE] [--timeout S]`. Every mistake is one line and exit status 2."""
+"""The sweep's command line (`allreduce-sweep --help`): every mistake is one line and exit status 2."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """One process per GPU (torch.multiprocessing, spawn), a deadline, and the ranks' result files read back. Once a
 rank has written an error, the others (left waiting in a collective) are stopped after a short grace. A rank killed
-by a signal (a rendezvous between GPUs without P2P can die of SIGFPE) is one line too.
-"""
+by a signal (a rendezvous between GPUs without P2P can die of SIGFPE) is one line too."""
 
 from __future__ import annotations
 

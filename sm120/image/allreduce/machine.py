@@ -1,6 +1,5 @@
 """What the machine offers (`TorchMachine`: torch's and the installed SGLang's answers), asked before any rank starts,
-and the request checked against it (`plan`): exit 2 for a mistake in the request, 1 for what the machine cannot do.
-"""
+and the request checked against it (`plan`): exit 2 for a mistake in the request, 1 for what the machine cannot do."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""From the measured rows to the table, the crossover and the limit to set. Each names the symmetric-memory path
-SGLang's communicator took (`Row.path`: two-shot on sm_120, multimem where SGLang selects it on capability 9 or 10):
-the limit applies to whichever path SGLang takes, for messages below it."""
+"""From the measured rows to the table, the crossover and the limit to set, each naming the symmetric-memory path
+SGLang's communicator took (`Row.path`; docs/allreduce-sweep.md, "Two-shot or multimem")."""
 
 from __future__ import annotations
 
@@ -50,9 +49,7 @@ def path_of(rows: Sequence[Row]) -> str:
 
 
 def advise(rows: Sequence[Row], world_size: int, builtin: int) -> Advice:
-    """The limit to set for `world_size`. SGLang takes its symmetric-memory path (two-shot, or multimem where it
-    selects that) for messages strictly below the limit, so the limit is the crossover: every measured size below
-    it, where that path was faster, goes to it."""
+    """The limit to set for `world_size`: the crossover (SGLang takes its symmetric-memory path strictly below it)."""
     ordered = sorted(rows, key=lambda r: r.size)
     if not ordered:
         return Advice(None, None, ["no sizes measured"])
@@ -61,16 +58,9 @@ def advise(rows: Sequence[Row], world_size: int, builtin: int) -> Advice:
     cross = tail[-1].size if tail else None
     built = f"built-in limit at world size {world_size}: {human(builtin)}"
     if len(tail) == len(ordered):
-        return Advice(
-            cross,
-            None,
-            [
-                f"crossover: NCCL is faster at every size measured ({human(ordered[0].size)} to "
-                f"{human(ordered[-1].size)})",
-                f"limit to set: none; leave symmetric memory off: SKIP_RUNTIME_RULES={RULE}",
-                built,
-            ],
-        )
+        span = f"{human(ordered[0].size)} to {human(ordered[-1].size)}"
+        off = f"limit to set: none; leave symmetric memory off: SKIP_RUNTIME_RULES={RULE}"
+        return Advice(cross, None, [f"crossover: NCCL is faster at every size measured ({span})", off, built])
     if cross is None:
         limit = ordered[-1].size
         first = (
@@ -79,13 +69,10 @@ def advise(rows: Sequence[Row], world_size: int, builtin: int) -> Advice:
         )
     else:
         limit = cross
-        below = ordered[-len(tail) - 1].size
-        first = f"crossover: NCCL is faster from {human(cross)} on ({path} up to {human(below)})"
+        first = f"crossover: NCCL is faster from {human(cross)} on ({path} up to {human(ordered[-len(tail) - 1].size)})"
     limit = min(max(limit, LIMIT_MIN), LIMIT_MAX)
-    lines = [
-        first,
-        f"limit to set: {ENV}={world_size}:{format_size(limit)}   (messages below {human(limit)} take {path})",
-    ]
+    setting = f"{ENV}={world_size}:{format_size(limit)}"
+    lines = [first, f"limit to set: {setting}   (messages below {human(limit)} take {path})"]
     if path != TWO_SHOT:
         lines.append(
             f"the limit is {path}'s: SGLang takes {path}, not two-shot, on these GPUs at world size {world_size}; "

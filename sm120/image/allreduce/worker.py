@@ -1,10 +1,5 @@
-"""One rank of the sweep (started by `launch`): the groups and the communicator as SGLang makes them, then for each
-size the two sum checks and the timings of both paths.
-
-As SGLang does (srt/distributed/parallel_state.py, 0.5.9 and 0.5.23 alike): one NCCL and one gloo group per TP
-group, `TorchSymmMemCommunicator(group=<the gloo group>, device=cuda:<local rank>)`, and `comm.all_reduce(x)` (out
-of place) for the bf16 messages it accepts; one process per GPU on one node (local rank = rank).
-"""
+"""One rank of the sweep (started by `launch`): the groups and the communicator as SGLang makes them (as
+docs/allreduce-sweep.md says), then for each size the two sum checks and the timings of both paths."""
 
 from __future__ import annotations
 
@@ -53,10 +48,8 @@ class Job:
 
 
 def rule_environment(environ: MutableMapping[str, str]) -> dict[str, str]:
-    """Give `environ` what the entrypoint gives the sweep, where it lacks it (a variable already set wins): the
-    environment of the image plan's runtime rules for the option it measures (on 0.5.23 the torch-symm-mem rule's
-    SGLANG_OPT_USE_INKLING_CUSTOM_AR=0, without which SGLang gives each rank a 512 MiB buffer). Returns what it set;
-    nothing where there is no plan to read (outside the image)."""
+    """Give `environ` what the entrypoint gives the sweep (the image plan's runtime rules' environment) where it lacks
+    it (docs/allreduce-sweep.md); returns what it set: nothing where there is no plan (outside the image)."""
     from sm120.image.entrypoint import presets, tools
     from sm120.image.entrypoint.errors import UsageError
 
@@ -71,9 +64,8 @@ def rule_environment(environ: MutableMapping[str, str]) -> dict[str, str]:
 
 
 def symm_mem_path(comm: Any) -> str:
-    """The kernel `comm.all_reduce` runs, as both variants of the patch decide it: multimem_all_reduce_ where the
-    world size is in `_WORLD_SIZES_MULTIMEM` for the communicator's capability (the patch records that as
-    `use_multimem` when it builds the communicator), two_shot_all_reduce_ otherwise (always on capability 12)."""
+    """The kernel `comm.all_reduce` runs, as both variants of the patch decide it (docs/allreduce-sweep.md, "Two-shot
+    or multimem"): multimem_all_reduce_ where the patch recorded `use_multimem`, two_shot_all_reduce_ otherwise."""
     multimem = getattr(comm, "use_multimem", None)
     if multimem is None:  # an SGLang without the patch (or a stand-in): all_reduce's own test
         table = getattr(comm, "_WORLD_SIZES_MULTIMEM", None) or {}
@@ -82,8 +74,7 @@ def symm_mem_path(comm: Any) -> str:
 
 
 def ops_per_repeat(size: int) -> int:
-    """All-reduces timed back to back in one repeat: enough that a small one is not lost in the timer's
-    resolution, the same on every rank (each rank must run the same collectives)."""
+    """All-reduces timed back to back in one repeat (enough for the timer), the same on every rank."""
     return max(1, min(64, 8 * MiB // size))
 
 
@@ -112,8 +103,7 @@ def _build(job: Job, torch: Any, group: Any, device: Any) -> tuple[Any, list[str
     log.addHandler(collect)
     previous = log.level
     log.setLevel(logging.INFO)
-    answer = (job.capability, 0)
-    told = mock.patch.object(torch.cuda, "get_device_capability", lambda *a, **k: answer)
+    told = mock.patch.object(torch.cuda, "get_device_capability", lambda *a, **k: (job.capability, 0))
     try:
         with told if job.capability is not None else nullcontext():
             comm = make(group=group, device=device)

@@ -1,13 +1,7 @@
-"""Run by the entrypoint in SGLang's interpreter when a key file is set, in place of `python3 -m MODULE`:
-
-    python3 _with_api_key.py -m sglang.launch_server ARGS...      (or: python3 _with_api_key.py SCRIPT ARGS...)
-
-It reads the key files (key_file.py), appends `--admin-api-key=KEY` and `--api-key=KEY` (last; `=`: a key that
-starts with '-' stays a value) to sys.argv and runs the module in this process (runpy, as `python3 -m` does), so
-the key is in no command line or environment, and stdout/stderr write it as ********. SM120_ADMIN_ROUTES=closed
-(from the entrypoint, removed here) has it pass an admin key made here and known to nobody. key_file.py is loaded
-by its path: nothing of this directory goes on sys.path.
-"""
+"""`python3 _with_api_key.py -m sglang.launch_server ARGS...` (or SCRIPT ARGS...): the entrypoint's launcher when a key
+file is set (docs/security.md). It appends `--admin-api-key=KEY` and `--api-key=KEY` (`=`: a key that starts with '-'
+stays a value) to sys.argv and runs the module in this process (runpy); key_file.py is loaded by its path: nothing
+of this directory goes on sys.path."""
 
 from __future__ import annotations
 
@@ -25,22 +19,16 @@ PROG = "entrypoint"
 Message = dict[str, Any]
 
 
-def _load_key_file() -> Any:
-    spec = importlib.util.spec_from_file_location("_sm120_key_file", HERE / "key_file.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-key_file = _load_key_file()
+_spec = importlib.util.spec_from_file_location("_sm120_key_file", HERE / "key_file.py")
+assert _spec is not None and _spec.loader is not None
+key_file = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = key_file  # dataclasses look their module up there
+_spec.loader.exec_module(key_file)
 
 
 class HideKeys:
-    """An ASGI middleware that writes ******** over the keys in every JSON answer of SGLang's app: /server_info
-    holds the ServerArgs (and, in 0.5.23, the launch command), keys included, which any API-key holder could read.
-    Streams (text/event-stream) pass untouched: they never carry ServerArgs."""
+    """An ASGI middleware that writes ******** over the keys in every JSON answer of SGLang's app (/server_info holds
+    them: docs/security.md); streams pass untouched: they never carry ServerArgs."""
 
     def __init__(self, app: Any, keys: Iterable[str]) -> None:
         self.app = app
@@ -99,7 +87,7 @@ def main(argv: list[str]) -> int:
         except key_file.KeyFileError as exc:
             return _error(*key_file.describe(variable, path, exc))
     closed = os.environ.pop(key_file.ADMIN_ROUTES, "") == "closed"
-    if key_file.OPTION not in keys and key_file.ADMIN_OPTION not in keys:
+    if not keys:
         return _error(f"{Path(__file__).name} needs {key_file.VARIABLE}: the file that holds the API key")
     if closed and key_file.ADMIN_OPTION not in keys:
         keys[key_file.ADMIN_OPTION] = secrets.token_urlsafe(32)  # known to nobody: the admin routes are closed

@@ -1,10 +1,5 @@
-"""API_KEY_FILE and ADMIN_API_KEY_FILE in the entrypoint: the refusals, the key files checked, the command shown
-and checked with `--admin-api-key MASK` and `--api-key MASK` last, and the exec through _with_api_key.py, which
-reads the files again and hands the keys to SGLang in-process (the exec'd command line holds no key).
-
-Admin routes: SGLang's auth (srt/utils/auth.py) lets every API-key holder use the admin-optional routes when no
-admin key is set, so with an API key and no ADMIN_API_KEY_FILE the launcher passes an admin key nobody knows.
-"""
+"""API_KEY_FILE and ADMIN_API_KEY_FILE in the entrypoint (docs/security.md): the refusals, the key files checked, the
+command shown and checked with the keys masked, and the exec through _with_api_key.py (no key on its command line)."""
 
 from __future__ import annotations
 
@@ -15,24 +10,23 @@ from collections.abc import Iterable, Mapping
 from . import key_file
 from .environment import secret_file_for
 from .errors import Log, UsageError, show
-from .key_file import ADMIN_OPTION, ADMIN_VARIABLE, MASK, OPTION, VARIABLE
+from .key_file import ADMIN_OPTION, ADMIN_VARIABLE, FILES, MASK, OPTION, VARIABLE
 from .options import WHERE, Command, Item
 from .sglang_source import InstalledSGLang
 
-KEY_OPTIONS = {OPTION: VARIABLE, ADMIN_OPTION: ADMIN_VARIABLE}  # the option -> the variable that feeds it
 HINT = "put the key in a file and set {variable} to it (a Docker, Compose or Kubernetes secret: /run/secrets/...)"
 SHORTEST_PREFIX = 3  # `--a`: argparse takes any unambiguous prefix of an option (allow_abbrev, SGLang's default)
 SOURCE = "from {variable}"  # the item's source: its label reads `--api-key '********' (from API_KEY_FILE)`
 CLOSED = "an admin key nobody knows"  # the source of the admin item when the admin routes are closed
 WHAT = {VARIABLE: "API key", ADMIN_VARIABLE: "admin API key"}
-_MASKED_SOURCES = {SOURCE.format(variable=v) for v in KEY_OPTIONS.values()} | {CLOSED}  # what exec_argv leaves out
+_MASKED_SOURCES = {SOURCE.format(variable=v) for v in FILES} | {CLOSED}  # what exec_argv leaves out
 
 
 def read_as(name: str) -> list[str]:
     """The key options an option name could be read as by argparse: itself, or one it is a prefix of."""
     if not name.startswith("--") or len(name) < SHORTEST_PREFIX:
         return []
-    return [option for option in KEY_OPTIONS if option.startswith(name)]
+    return [option for option in FILES.values() if option.startswith(name)]
 
 
 def secrets(environ: Mapping[str, str], sglang_args: Iterable[str]) -> list[str]:
@@ -41,7 +35,7 @@ def secrets(environ: Mapping[str, str], sglang_args: Iterable[str]) -> list[str]
     each value after an option argparse would read as a key option, after `--` or in EXTRA_ARGS (split like a shell
     line, or, where it cannot be split, at whitespace)."""
     found = [value for name, value in environ.items() if secret_file_for(name) is not None]
-    for variable in KEY_OPTIONS.values():
+    for variable in FILES:
         path = (environ.get(variable) or "").strip()
         if path and not os.path.lexists(path):
             found.append(path)  # names no file: perhaps the key itself, pasted where its path goes
@@ -80,7 +74,7 @@ def refuse_on_command_line(cmd: Command) -> None:
         where = WHERE.get(item.source, f"in {item.source}")
         raise UsageError(
             f"{name} ({where}): a key on a command line ends up in shell histories, CI logs and `ps`{read}",
-            HINT.format(variable=" or ".join(KEY_OPTIONS[option] for option in options)),
+            HINT.format(variable=" or ".join(v for v, option in FILES.items() if option in options)),
         )
 
 
@@ -105,13 +99,11 @@ INCOMPATIBLE = {
 def apply(
     cmd: Command, environ: Mapping[str, str], log: Log, installed: InstalledSGLang | None = None
 ) -> dict[str, str] | None:
-    """Refuse a key on a command line; read API_KEY_FILE and ADMIN_API_KEY_FILE into `--admin-api-key MASK` and
-    `--api-key MASK` (last); close the admin routes where there is an API key and no admin key; or warn when SGLang
-    would listen beyond loopback without an API key (on node 0: only it serves HTTP; a --config may hold a key).
-    Returns None without a key file, else the launcher's environment (never the keys: it reads the files again)."""
+    """The key files into `--admin-api-key MASK` and `--api-key MASK` (last; docs/security.md), or a warning: no API key
+    beyond loopback (not where a --config may hold one). None without a key file, else the launcher's environment."""
     refuse_on_command_line(cmd)
     files: dict[str, key_file.ApiKey] = {}  # variable -> key
-    for variable in KEY_OPTIONS.values():
+    for variable in FILES:
         path = (environ.get(variable) or "").strip()  # empty counts as unset
         try:
             if path:
@@ -142,12 +134,10 @@ def apply(
             raise UsageError(f"{' and '.join(files)} with {item.label()}: {problem}", hint)
     api, admin = files.get(VARIABLE), files.get(ADMIN_VARIABLE)
     closed = admin is None and admin_supported  # an admin key nobody knows: the launcher makes it
-    if admin is not None:
-        cmd.user.append(Item([ADMIN_OPTION, MASK], SOURCE.format(variable=ADMIN_VARIABLE)))
-        if api is not None and api.value == admin.value:
-            log.warn(f"{ADMIN_VARIABLE} holds the same key as {VARIABLE}: every key holder can use the admin routes")
-    elif closed:
-        cmd.user.append(Item([ADMIN_OPTION, MASK], CLOSED))
+    if api is not None and admin is not None and api.value == admin.value:
+        log.warn(f"{ADMIN_VARIABLE} holds the same key as {VARIABLE}: every key holder can use the admin routes")
+    if admin is not None or closed:
+        cmd.user.append(Item([ADMIN_OPTION, MASK], CLOSED if closed else SOURCE.format(variable=ADMIN_VARIABLE)))
     if api is not None:
         cmd.user.append(Item([OPTION, MASK], SOURCE.format(variable=VARIABLE)))
     for variable, key in files.items():

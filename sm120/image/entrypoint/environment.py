@@ -1,10 +1,5 @@
-"""The container's environment against the variables the image reads: no silent typo, no key in plain sight.
-
-Every variable is judged before anything loads (also with --dry-run), in the order of problem(): a key in a
-variable (API_KEY, SGLANG_ADMIN_API_KEY, ... in any spelling: SGLang's server reads none of them) is refused with
-its value unshown; what a container normally carries passes (SGLang's own SGLANG_* too: their names are SGLang's);
-a near miss of a variable the image reads, or an unknown name in one of the image's namespaces, is refused.
-"""
+"""The container's environment against the variables the image reads: no silent typo, no key in plain sight
+(docs/configuration.md, "A misspelt variable is refused"; the order: problem())."""
 
 from __future__ import annotations
 

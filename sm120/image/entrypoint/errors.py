@@ -11,7 +11,7 @@ import json
 import re
 import sys
 from collections.abc import Iterable
-from typing import TextIO
+from typing import Any, TextIO
 
 from .key_file import MASK, Masked
 
@@ -55,6 +55,19 @@ class ImageError(UsageError):
     """The image itself is broken (its baked plan is missing or unreadable): exit status 1."""
 
     exit_code = 1
+
+
+def parse_json(text: str, label: str, what: str, error: type[UsageError] = UsageError) -> Any:
+    """json.loads, a failure as `{label} not JSON (...)`, `{label} nested too deeply to be {what}` or `{label} not
+    {what} (...)` (a number longer than int() converts: json raises a bare ValueError for it)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{label} not JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise error(f"{label} nested too deeply to be {what}") from None
+    except ValueError as exc:
+        raise error(f"{label} not {what} ({long_number(text) or clip(str(exc), 120)})") from None
 
 
 def suggest(name: str, allowed: Iterable[str]) -> str:

@@ -1,11 +1,6 @@
-"""The keys SGLang serves with, read from files (API_KEY_FILE, ADMIN_API_KEY_FILE: e.g. a secret mounted at
-/run/secrets/NAME), never from a variable (`docker inspect`) or a command line (`ps`); docs/security.md says why.
-Standard library only and no imports from this package: the entrypoint, its launcher in SGLang's interpreter
-(_with_api_key.py) and `build.py bench --api-key-file` share this reader.
-
-A key's characters are ALPHABET only: SGLang logs its ServerArgs with repr() (0.5.9) or JSON (0.5.23), where a
-quote or a backslash would be escaped, past the launcher's mask, which looks for the key as it is.
-"""
+"""The keys SGLang serves with, read from files, never from a variable or a command line (docs/security.md: why,
+and why a key's characters are ALPHABET only). No imports from this package: the launcher (_with_api_key.py) loads
+it by its path; the entrypoint and `build.py bench --api-key-file` share this reader."""
 
 from __future__ import annotations
 
@@ -134,10 +129,8 @@ def candidates(path: str) -> list[str]:
 
 def is_loopback(host: str | None) -> bool:
     """Whether SGLang listening on `host` can be reached from this machine (this container) only."""
-    if host is None:
-        return True  # SGLang's own default, 127.0.0.1
-    if host.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
+    if host is None or host.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True  # None: SGLang's own default, 127.0.0.1
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:

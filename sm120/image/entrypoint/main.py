@@ -100,12 +100,8 @@ def quote(word: str) -> str:
     ANSI-C quoting), so the command stays on one line."""
     if not re.search(r"[\x00-\x1f\x7f]", word):
         return shlex.quote(word)
-    escaped = "".join(
-        {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c)
-        or (f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c)
-        for c in word
-    )
-    return f"$'{escaped}'"
+    escaped = word.replace("\\", "\\\\").replace("'", "\\'")
+    return f"$'{errors.one_line(escaped)}'"  # one_line writes the control characters as bash reads them: \n, \x01
 
 
 def _draft_tree(cmd: options.Command, mode: ModeSpec, mode_name: str) -> str:
@@ -126,13 +122,12 @@ def _check_models(
     installed: sglang_source.InstalledSGLang | None,
     spec: EntrypointSpec,
     log: Log,
-    attn_tp: int | None,
+    attn_tp: int,
     user_quantization: bool,
 ) -> models.Model:
     target = models.open_model(effective.model)
     log.note(f"target model: {models.describe(target)}")
-    if attn_tp is not None:
-        models.check_heads(target, attn_tp, "target")
+    models.check_heads(target, attn_tp, "target")
     version = (installed.version if installed else None) or ""
     # A quant_method the installed SGLang does not know stops it in ModelConfig, minutes into the start.
     known = installed.quantization_methods() if installed and not user_quantization else frozenset()
@@ -147,8 +142,7 @@ def _check_models(
         return target
     draft = models.open_model(effective.draft)
     arch = models.check_drafter(draft)
-    if attn_tp is not None:
-        models.check_heads(draft, attn_tp, "drafter")
+    models.check_heads(draft, attn_tp, "drafter")
     log.note(f"EAGLE-3 drafter: {models.describe(draft)}")
     for warning in models.check_pair(target, draft):
         log.warn(warning)
@@ -224,12 +218,11 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
     # contents, the values after an option argparse would read as a key option, the keys in plain variables.
     for value in api_key.secrets(environ, argv):
         errors.SECRETS.add(value)
-    loaded: presets.Presets | UsageError
     try:
-        loaded = presets.load(environ)
+        loaded, plan_error = presets.load(environ), None
     except UsageError as exc:
-        loaded = exc
-    spec = loaded.spec if isinstance(loaded, presets.Presets) else None
+        loaded, plan_error = None, exc
+    spec = loaded.spec if loaded is not None else None
     request = parse(argv, spec, environ)
     if request.program is not None:
         name, *args = request.program
@@ -240,9 +233,9 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         except OSError as exc:
             raise UsageError(f"cannot run {name}: {exc.strerror or exc}") from None
     if request.help:
-        return _emit(helptext.render(spec, loaded if isinstance(loaded, UsageError) else None))
-    if isinstance(loaded, UsageError):
-        raise loaded
+        return _emit(helptext.render(spec, plan_error))
+    if loaded is None:
+        raise plan_error
     spec, mode = loaded.spec, loaded.spec.modes[request.mode]  # parse() took the mode from spec.modes
 
     if {"-h", "--help"} & set(request.sglang_args):  # SGLang's own help: nothing to check
@@ -263,7 +256,7 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         log.warn(f"{port.label()}: the image's HEALTHCHECK reads PORT; set PORT={port.value} instead of --port")
     if installed is not None and installed.version and installed.version != spec.sglang_version:
         log.warn(f"the installed SGLang is {installed.version}, the presets are for {spec.sglang_version}")
-    attn_tp = None if cmd.has("--enable-dp-attention") else effective.tp  # DP attention splits the heads otherwise
+    attn_tp = 1 if cmd.has("--enable-dp-attention") else effective.tp  # DP attention splits the heads otherwise
     target = _check_models(effective, installed, spec, log, attn_tp, cmd.has("--quantization"))
     rules.apply(spec, cmd, effective, models.quantization(target), target.path is not None, installed, environ, log)
     rules.left_out(spec, cmd, log)
@@ -277,10 +270,9 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
         preflight.check_gpus(gpus, effective.gpus_per_node, what, spec.cuda_archs, log)
         preflight.check_shm(effective.gpus_per_node, log)
         preflight.check_caches(environ.get("SM120_CACHE_DIR") or spec.cache_dir, environ, log)
-        host, port = cmd.last("--host"), cmd.last("--port")  # already validated by assemble.effective
-        if host is not None and port is not None and host.value and port.value:
-            what = port.label() if port.source != "default" else f"{host.label()}, port {port.value}"
-            preflight.check_port(host.value, int(port.value), what)
+        host, port = cmd.last("--host"), cmd.last("--port")  # always set (build's defaults), checked by effective()
+        what = port.label() if port.source != "default" else f"{host.label()}, port {port.value}"
+        preflight.check_port(host.value, int(port.value), what)
     relied_on = set(options.RELIED_ON) | set(assemble.INTEGERS)
     relied_on |= {options.canonical(a) for r in [*spec.runtime, *spec.left_out] for a in r.args if options.is_option(a)}
     _check_config_file(cmd)

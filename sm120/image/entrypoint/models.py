@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError, clip, long_number, show
+from .errors import UsageError, parse_json, show
 from .options import Item
 
 # A Hugging Face repo id ("org/name") that is not a local path: SGLang downloads it; nothing to check here.
@@ -110,16 +110,10 @@ def _read_config(config_file: Path, item: Item) -> dict[str, Any]:
     except OSError as exc:
         raise UsageError(f"{label}: {config_file} cannot be read ({exc.strerror or exc})") from None
     try:
-        config = json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{label}: {config_file} is not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{label}: config.json is not JSON ({exc.msg}, line {exc.lineno})") from None
-    except RecursionError:
-        raise UsageError(f"{label}: config.json is nested too deeply to be a model's config") from None
-    except ValueError as exc:  # a number longer than int() converts (json raises a bare ValueError for it)
-        where = long_number(data.decode("utf-8", errors="replace")) or clip(str(exc), 120)
-        raise UsageError(f"{label}: config.json is not a model's config ({where})") from None
+    config = parse_json(text, f"{label}: config.json is", "a model's config")
     if not isinstance(config, dict):
         raise UsageError(
             f"{label}: config.json is not a JSON object (a {type(config).__name__})",

@@ -1,8 +1,5 @@
-"""SGLang options as items that remember where they came from, and the precedence between them: presets (the
-mode, runtime rules, container defaults) < environment variables (MODEL_PATH, ..., then EXTRA_ARGS) < arguments
-after `--`; a higher layer that names an option removes it from the lower ones. Items are found as argparse reads
-them: an option starts at a token that begins with '-' (not a negative number) and takes the tokens up to the next.
-"""
+"""SGLang options as items that remember where they came from, and the precedence between them (docs/configuration.md).
+Items are found as argparse reads them: an option starts at a token that begins with '-' (not a negative number)."""
 
 from __future__ import annotations
 
@@ -142,8 +139,7 @@ class Command:
 
     def last(self, option: str) -> Item | None:
         """The item whose value SGLang will use for this option (argparse keeps the last one)."""
-        found = [i for i in self.items() if i.option == option]
-        return found[-1] if found else None
+        return next((i for i in reversed(self.items()) if i.option == option), None)
 
     def value(self, option: str) -> str | None:
         item = self.last(option)

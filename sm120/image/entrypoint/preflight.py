@@ -29,8 +29,7 @@ NO_GPU_HINT = "run the container with --gpus all (the NVIDIA Container Toolkit m
 
 @dataclass(frozen=True)
 class CacheVariable:
-    """A variable the image's ENV points under the cache directory (the Dockerfile's runtime stage sets every one
-    to ${CACHE_DIR}/`under`; tests/unit/test_dockerfile.py keeps that ENV block equal to this list)."""
+    """A variable the Dockerfile's runtime ENV sets to ${CACHE_DIR}/`under` (tests/unit/test_dockerfile.py checks)."""
 
     name: str
     under: str  # the path below the cache directory; "" is the directory itself
@@ -98,15 +97,9 @@ def _nvidia_smi(environ: Mapping[str, str]) -> list[Gpu] | None:
     exe = shutil.which("nvidia-smi", path=environ.get("PATH"))
     if exe is None:
         return None
+    query = [exe, "--query-gpu=index,name,compute_cap", "--format=csv,noheader"]
     try:
-        out = subprocess.run(
-            [exe, "--query-gpu=index,name,compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=dict(environ),
-        )
+        out = subprocess.run(query, capture_output=True, text=True, timeout=60, check=False, env=dict(environ))
     except (OSError, subprocess.SubprocessError) as exc:
         raise ProbeFailed(f"nvidia-smi: {exc}") from None
     if out.returncode != 0:

@@ -3,7 +3,6 @@ names (tests), read with the module the build wrote it with; the whole plan or i
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Mapping
@@ -11,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import spec
-from .errors import ImageError, UsageError, clip, long_number, show
+from .errors import ImageError, UsageError, parse_json, show
 
 VARIABLE = "SM120_PLAN"
 
@@ -36,13 +35,8 @@ def load(environ: Mapping[str, str]) -> Presets:
         raise error(f"{label}: no such file", "it is written at build time by `build.py plan --json`") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"{label}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    data = parse_json(text, f"{label}:", "a plan", error)
     try:
-        return Presets(spec.from_plan(json.loads(text)), str(path))
-    except json.JSONDecodeError as exc:
-        raise error(f"{label}: not JSON ({exc.msg}, line {exc.lineno})") from None
-    except RecursionError:
-        raise error(f"{label}: nested too deeply to be a plan") from None
+        return Presets(spec.from_plan(data), str(path))
     except spec.SpecError as exc:
         raise error(f"{label}: {exc}", "expected the output of `build.py plan --json`") from None
-    except ValueError as exc:  # a number longer than int() converts: json raises a bare ValueError
-        raise error(f"{label}: not a plan ({long_number(text) or clip(str(exc), 120)})") from None

@@ -46,8 +46,7 @@ def apply(
     """Add the rules that apply to cmd (args) and cmd.env; log each decision; return the applied names."""
     skip = skipped(spec, environ)
     user_quantization = cmd.value("--quantization")
-    if user_quantization:
-        quantization = user_quantization
+    quantization = user_quantization or quantization
     nvfp4 = True if quantization in NVFP4_METHODS else (False if target_known or user_quantization else None)
     facts = RuleFacts(tp=effective.tp, nnodes=effective.nnodes, nvfp4=nvfp4)
     applied = []

@@ -29,10 +29,6 @@ class InstalledSGLang:
         return self.package.parent
 
     @property
-    def models(self) -> Path:
-        return self.package / "srt" / "models"
-
-    @property
     def version(self) -> str | None:
         """The release, from sglang/_version.py, else the installed metadata."""
         match = _VERSION.search(self._read(self.package / "_version.py") or "")
@@ -59,7 +55,8 @@ class InstalledSGLang:
             return []
 
     def _model_files(self) -> list[Path]:
-        return sorted(self.models.rglob("*.py")) if self.models.is_dir() else []
+        models = self.package / "srt" / "models"
+        return sorted(models.rglob("*.py")) if models.is_dir() else []
 
     def has_change(self, checks: Sequence[tuple[str, Sequence[str]]]) -> tuple[bool, str]:
         """(present, the first file that lacks it) for checks of (site-packages-relative path, regexes): whether a
