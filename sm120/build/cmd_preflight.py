@@ -7,6 +7,8 @@ suffice, 1 naming what was found and what the build needs, 2 for bad input (no e
 The disk needed is summed over the tracks to build (`--sglang V`, repeatable, or `--every-track`; default: the
 default track): `min_disk_gib` for a track whose image is not in the engine, `min_disk_gib_rebuild` for one whose
 image is (its stages cached), so a warm machine is not refused for a build it mostly holds already.
+`--cache-gib N` adds what the same run writes under this tool's cache directory (SGLANG_SM120_CACHE; `./dev test`
+passes what T1's SGLang environments not built yet take), to the engine's need where both share a file system.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import argparse
 import shutil
 from pathlib import Path
 
-from sm120.arguments import add_config_args
+from sm120.arguments import add_config_args, positive_float
 from sm120.build import docker_client
 from sm120.errors import CheckFailed, UsageError
+from sm120.patches.pypi import cache_home
 from sm120.plan import config as cfg
 from sm120.plan.resolve import load_plan
 
@@ -35,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--sglang", action="append", metavar="VERSION", help="a track to build (repeatable)")
     which.add_argument("--every-track", action="store_true", help="every track in build.toml (./dev test builds all)")
+    p.add_argument(
+        "--cache-gib",
+        type=positive_float,
+        metavar="GIB",
+        help="disk the same run writes under this tool's cache directory (SGLANG_SM120_CACHE) besides the builds",
+    )
     p.set_defaults(func=run)
 
 
@@ -69,17 +78,25 @@ def run(args: argparse.Namespace) -> int:
     what = ", ".join(f"{v} ({'a rebuild' if present else 'from nothing'})" for v, present in built.items())
     root, memory = info["DockerRootDir"], int(info["MemTotal"]) / GIB
     problems, disk_text = [], "disk not checked"
+    cache, cache_gib = _existing(cache_home()), args.cache_gib or 0
+    shared = free is not None and cache_gib > 0 and cache.stat().st_dev == Path(root).stat().st_dev
     if free is None:
         print(
             f"warning: the engine's root directory {root} is not on this machine (a remote engine?): "
             "free disk not checked"
         )
     else:
-        disk_text = f"{free / GIB:.1f} GiB free on {root} (needs {disk_gib:g})"
-        if free / GIB < disk_gib:
+        total = disk_gib + (cache_gib if shared else 0)
+        disk_text = f"{free / GIB:.1f} GiB free on {root} (needs {total:g})"
+        if free / GIB < total:
+            besides = f" and {cache_gib:g} GiB more under {cache_home()} (--cache-gib)" if shared else ""
             problems.append(
                 f"found {free / GIB:.1f} GiB free on {root}, the {profile} build of {what} needs {disk_gib:g} GiB"
+                + besides
             )
+    cache_free = free_bytes(str(cache)) if cache_gib and not shared else None
+    if cache_free is not None and cache_free / GIB < cache_gib:
+        problems.append(f"found {cache_free / GIB:.1f} GiB free on {cache}, the run writes {cache_gib:g} GiB under it")
     if memory < needs.min_memory_gib:
         problems.append(
             f"found {memory:.1f} GiB of memory in the Docker Engine, "
@@ -92,3 +109,10 @@ def run(args: argparse.Namespace) -> int:
         f"{needs.min_memory_gib:g}), {info['NCPU']} CPUs"
     )
     return 0
+
+
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest existing parent (the cache directory may not be made yet)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path

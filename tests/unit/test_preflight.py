@@ -152,3 +152,38 @@ def test_every_track_is_summed_and_an_image_already_built_needs_only_a_rebuild(t
     out = capsys.readouterr().out
     assert f"needs {offline.min_disk_gib_rebuild * len(tracks):g})" in out and "(a rebuild)" in out
     assert cli.main(["preflight", "--profile", "offline", "--sglang", "0.5.99"]) == 2
+
+
+def test_what_the_run_writes_under_the_cache_counts_with_the_builds_on_one_file_system(
+    tmp_path, engine_with, capsys, monkeypatch
+):
+    """`./dev test` passes --cache-gib for T1's venvs not built yet: on the engine's file system they are added to
+    the builds' need, and the line names both."""
+    monkeypatch.setenv("SGLANG_SM120_CACHE", str(tmp_path / "cache"))  # not made yet: its parent's file system
+    builds = needs("offline").min_disk_gib
+    engine_with(tmp_path, memory_gib=64, free_gib=builds + 15)
+    assert cli.main(["preflight", "--profile", "offline", "--cache-gib", "16"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"build.py preflight: failed: found {builds + 15:.1f} GiB free on {tmp_path}, the offline build of 0.5.23 "
+        f"(from nothing) needs {builds:g} GiB and 16 GiB more under {tmp_path / 'cache'} (--cache-gib)"
+    )
+    engine_with(tmp_path, memory_gib=64, free_gib=builds + 16)
+    assert cli.main(["preflight", "--profile", "offline", "--cache-gib", "16"]) == 0
+    assert f"(needs {builds + 16:g})" in capsys.readouterr().out
+
+
+def test_a_cache_on_another_file_system_is_checked_on_its_own(tmp_path, engine_with, capsys, monkeypatch):
+    other = Path("/dev/shm")
+    if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs a second file system: /dev/shm (tmpfs) is absent or shares the temporary directory's")
+    monkeypatch.setenv("SGLANG_SM120_CACHE", str(other / "sm120-cache-not-made"))
+    builds = needs("offline").min_disk_gib
+    engine_with(tmp_path, memory_gib=64, free_gib=builds)  # free_bytes answers the same for both paths
+    assert cli.main(["preflight", "--profile", "offline", "--cache-gib", str(builds + 1)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"found {builds:.1f} GiB free on {other}, the run writes {builds + 1:g} GiB under it")
+    assert "needs" not in err  # the builds fit on the engine's file system
+    with pytest.raises(SystemExit) as stopped:  # a usage error: argparse's one line, exit 2
+        cli.main(["preflight", "--profile", "offline", "--cache-gib", "0"])
+    assert stopped.value.code == 2

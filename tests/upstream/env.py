@@ -294,6 +294,16 @@ def record(version: str) -> dict[str, Any] | None:
     return _read_record(env_dir(version))
 
 
+# The disk one venv takes while it is built, rounded up from record.json's size_bytes (2026-12-04: 0.5.9 7.2 GiB,
+# 0.5.23 6.0 GiB, torch and its CUDA libraries the most of it) with the wheels pip unpacks beside it.
+ENV_GIB = 8
+
+
+def missing_gib() -> int:
+    """What the T1 venvs of build.toml's tracks that are not built yet will take (`./dev test` tells preflight)."""
+    return ENV_GIB * sum(record(version) is None for version in cfg.load().tracks)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Running code in an upstream interpreter
 # ---------------------------------------------------------------------------------------------------
