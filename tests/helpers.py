@@ -13,6 +13,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def track_list() -> str:
+    """build.toml's tracks as the one-line errors list them, oldest first ("0.5.9, 0.5.23")."""
+    from packaging.version import Version
+
+    from sm120.plan import config as cfg
+
+    return ", ".join(sorted(cfg.load().tracks, key=Version))
+
+
 def run_build_py(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """build.py as a user runs it: a separate process, its exit status and its output."""
     return subprocess.run(

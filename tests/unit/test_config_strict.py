@@ -9,12 +9,11 @@ import pytest
 
 from sm120.errors import UsageError
 from sm120.plan import config as cfg
-from tests.helpers import ROOT, run_build_py, run_cli, write_config
+from tests.helpers import ROOT, run_build_py, run_cli, track_list, write_config
 
 RUNTIME_059 = '[tracks."0.5.9".torch]'
 LEFT_OUT = '[[left_out]]\nargs = ["--enable-flashinfer-allreduce-fusion"]'
 NEWEST = max(cfg.load().tracks, key=lambda v: tuple(int(p) for p in v.split(".")))
-TRACKS = ", ".join(sorted(cfg.load().tracks, key=lambda v: tuple(int(p) for p in v.split("."))))  # as errors list them
 FA_FILE = 'file = "patches/flash-attn/2.8.3/kernel-subset.patch"'
 
 # id, text in build.toml, its replacement, what the one line must say
@@ -92,7 +91,7 @@ CASES: list[tuple[str, str, str, list[str]]] = [
         "rule-for-no-track",
         'sglang = "<0.5.10"\nname = "no-jit-deepgemm"',
         'sglang = "<0.5.5"\nname = "no-jit-deepgemm"',
-        [f"runtime.0.sglang = '<0.5.5' holds for no track (tracks: {TRACKS}): widen the range, or remove"],
+        [f"runtime.0.sglang = '<0.5.5' holds for no track (tracks: {track_list()}): widen the range, or remove"],
     ),
     (
         "rule-range-garbled",

@@ -12,7 +12,7 @@ from packaging.version import Version
 from sm120.plan import config as cfg
 from sm120.plan import resolve as planmod
 from sm120.plan import resources as res
-from tests.helpers import run_build_py, write_config
+from tests.helpers import run_build_py, track_list, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE = res.Resources(cpus=2, memory_bytes=24 * 1024**3, source="test")
@@ -281,5 +281,4 @@ def test_a_rule_for_no_track_is_exit_2_naming_the_key(tmp_path):
     out = run_build_py("plan", "--config", str(path))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     (line,) = out.stderr.strip().splitlines()
-    tracks = ", ".join(sorted(cfg.load().tracks, key=Version))
-    assert f"runtime.2.sglang = '>=0.6' holds for no track (tracks: {tracks})" in line
+    assert f"runtime.2.sglang = '>=0.6' holds for no track (tracks: {track_list()})" in line

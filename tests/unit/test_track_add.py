@@ -30,7 +30,7 @@ from sm120.track import facts as track_facts
 from sm120.track import stanza as track_stanza
 from sm120.track import wheel_members
 from sm120.verify import elf
-from tests.helpers import run_cli, without_track, write_config
+from tests.helpers import run_cli, track_list, without_track, write_config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,7 +38,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DATA = Path(__file__).parent / "data" / "track_add"
-TRACKS = ", ".join(sorted(cfg.load().tracks, key=lambda v: tuple(int(p) for p in v.split("."))))  # as errors list them
 VERSION = "0.5.23"
 REAL = cfg.load()
 # `build.py patches check --sglang 0.5.23` (tests/upstream/test_patches_upstream.py EXPECTED checks the same).
@@ -410,7 +409,7 @@ def test_rules_whose_range_holds_the_new_release_need_no_review(tmp_path):
         ([VERSION], 'already has [tracks."0.5.23"]'),
         (["0.5.x"], "VERSION '0.5.x' is not a version (like 0.5.23)"),
         (["0.6.0rc1"], "VERSION '0.6.0rc1' is a pre-release: a track is a final release"),
-        (["0.5.24", "--from", "0.5.8"], f"no track for SGLang '0.5.8' (tracks: {TRACKS}; perhaps you meant"),
+        (["0.5.24", "--from", "0.5.8"], f"no track for SGLang '0.5.8' (tracks: {track_list()}; perhaps you meant"),
     ],
     ids=["exists", "not-a-version", "pre-release", "unknown-from"],
 )
