@@ -49,7 +49,10 @@ for command in build test; do
     f=.cache/ci/phases-$command.tsv
     [ -f "$f" ] || continue
     echo "./dev $command"
-    awk -F'\t' 'NR > 1 { printf "  %7.1f min  %5s GiB free  %s\n", $2 / 60, $3, $1; t += $2 } END { printf "  %7.1f min  total\n", t / 60 }' "$f"
+    # Lane `main`: the phases, one after the other (their sum is the command's time); another lane's steps ran
+    # beside them (./dev test's T2 lanes), shown indented under the lane's name.
+    awk -F'\t' 'NR > 1 { main = ($4 == "" || $4 == "main"); printf "  %7.1f min  %5s GiB free  %s%s\n", $2 / 60, $3,
+        main ? "" : "  [" $4 "] ", $1; if (main) t += $2 } END { printf "  %7.1f min  total\n", t / 60 }' "$f"
 done
 total=$(( ($(date +%s) - start) / 60 ))
 target=45

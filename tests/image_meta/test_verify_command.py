@@ -29,8 +29,14 @@ from tests.image_meta.derive import IMAGE, needs_image
 pytestmark = [pytest.mark.image, pytest.mark.docker]
 
 
-def leftover(dc) -> list[str]:
-    return [(c.get("Names") or [c["Id"]])[0] for c in docker_env.run_containers(dc)]
+def _of(dc, image: str) -> list[dict]:
+    """The verify containers of `image` (another image's verify may run beside: ./dev test's T2 lanes)."""
+    image_id = dc.images.get(image).id
+    return [c for c in docker_env.run_containers(dc) if c.get("ImageID") == image_id]
+
+
+def leftover(dc, image: str) -> list[str]:
+    return [(c.get("Names") or [c["Id"]])[0] for c in _of(dc, image)]
 
 
 @needs_image
@@ -53,7 +59,7 @@ def test_verify_passes_on_the_image(dc, tmp_path: Path):
     assert "package" in proc.stdout and expect.torch in proc.stdout  # the table
     outcome = report.junit_outcome(junit)
     assert outcome is not None and outcome.tests > 20 and not outcome.failed
-    assert not leftover(dc)
+    assert not leftover(dc, IMAGE)
     print(f"verify on {IMAGE}: {took:.0f} s")
 
 
@@ -85,7 +91,7 @@ def test_verify_fails_naming_the_broken_check(case: str, dc, derived):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("build.py verify: failed: ") and check in last, last
     assert "Traceback" not in proc.stderr
-    assert not leftover(dc)
+    assert not leftover(dc, tag)
 
 
 @needs_image
@@ -104,7 +110,7 @@ def test_verify_fails_when_a_patch_is_not_in_force(dc, derived):
     last = proc.stderr.strip().splitlines()[-1]
     assert "test_packages::test_patch_is_in_force[kimi-k25-eagle3-delegation]" in last, last
     assert "torch-symm-mem-sm120" not in last, last
-    assert not leftover(dc)
+    assert not leftover(dc, tag)
 
 
 def _children(pid: int) -> list[int]:
@@ -135,7 +141,7 @@ def test_ctrl_c_stops_the_run_and_removes_its_containers(dc, to, signum, code, s
     """The signal comes once the suite's first container runs (an event the engine reports; any phase must do):
     Ctrl-C to the whole foreground group, SIGTERM (a CI runner cancelling) to verify alone. verify ends within
     seconds (its grace for pytest's teardown is runner.GRACE_S), leaving no container and no pytest behind."""
-    before = {c["Id"] for c in docker_env.run_containers(dc)}  # another run's: not this one's event
+    before = {c["Id"] for c in _of(dc, IMAGE)}  # another run's: not this one's event
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "build.py"), "verify", "--image", IMAGE],
         cwd=ROOT,
@@ -150,7 +156,7 @@ def test_ctrl_c_stops_the_run_and_removes_its_containers(dc, to, signum, code, s
         ours: list[dict] = []
         while not ours and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-            ours = [c for c in docker_env.run_containers(dc) if c["Id"] not in before and c.get("State") == "running"]
+            ours = [c for c in _of(dc, IMAGE) if c["Id"] not in before and c.get("State") == "running"]
         assert ours, f"verify started no container (exit {proc.poll()})"
         children = _children(proc.pid)
         if to == "group":
@@ -167,7 +173,7 @@ def test_ctrl_c_stops_the_run_and_removes_its_containers(dc, to, signum, code, s
                 os.killpg(child, signal.SIGKILL)
     assert proc.returncode == code, err[-1500:]
     assert err.strip().splitlines()[-1] == f"build.py verify: {says}"
-    left = [c for c in docker_env.run_containers(dc) if c["Id"] not in before]
+    left = [c for c in _of(dc, IMAGE) if c["Id"] not in before]
     assert not left, f"left after the signal: {[c.get('Names') for c in left]}"
     assert not [c for c in children if _running(c)], "pytest outlived verify"
 

@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-
 import pytest
 
 from tests.unit.bench_standin import Behaviour, StandIn
-
-
-@pytest.fixture(scope="session", autouse=True)
-def sigint_as_a_terminal_gives_it():
-    """pytest started in the background of a script (`pytest ... &` without job control) inherits SIGINT ignored,
-    and so would every build.py a test starts: a test that sends it SIGINT (Ctrl-C) would wait on a program that
-    never sees it. Give SIGINT its default here, as a terminal's foreground job has it (children get SIG_DFL)."""
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
 
 
 @pytest.fixture

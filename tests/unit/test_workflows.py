@@ -678,11 +678,63 @@ def test_dev_test_runs_ruff_t0_t1_when_preflight_fails_and_then_fails_naming_it(
     failed = _dev_test_without_t2(tmp_path, t0_t1_passes=False)
     assert failed.returncode == 1 and "T2 not run: build.py preflight: failed" in failed.stderr, failed
 
-    # cmd_test: preflight before the background build; on its failure test_without_t2 (which never returns), so
-    # the build and T2 start only when preflight passed, exactly as before.
+    # cmd_test: preflight before T2's background lanes (the builds among them); on its failure test_without_t2
+    # (which never returns), so the builds and T2 start only when preflight passed.
     body = re.search(r"^cmd_test\(\) \{.*?^\}", (ROOT / "dev").read_text(encoding="utf-8"), re.M | re.S)
     assert body is not None
     cmd_test = body[0]
     preflight_at = cmd_test.index("build.py preflight --profile offline --every-track")
-    assert preflight_at < cmd_test.index("test_without_t2") < cmd_test.index("build.py build --profile offline")
-    assert cmd_test.index("build.py build --profile offline") < cmd_test.index("ruff_t0_t1")
+    assert preflight_at < cmd_test.index("test_without_t2") < cmd_test.index("t2_lanes ")
+    assert cmd_test.index("t2_lanes ") < cmd_test.index("ruff_t0_t1")
+    lanes = re.search(r"^t2_lanes\(\) \{.*?^\}", (ROOT / "dev").read_text(encoding="utf-8"), re.M | re.S)
+    assert lanes is not None and "build.py build --profile offline" in lanes[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ./dev test's background T2 lanes: stopped with everything they started
+# ---------------------------------------------------------------------------------------------------------------
+
+_BLOCKED_TEST = """
+import pathlib, threading
+import pytest
+
+@pytest.fixture
+def held():
+    out = pathlib.Path(__file__).parent
+    (out / "ready").write_text("")
+    yield
+    (out / "torn-down").write_text("")
+
+def test_blocks_until_stopped(held):
+    threading.Event().wait()
+"""
+
+
+def test_stop_lanes_ends_a_background_pytest_with_its_teardown(tmp_path):
+    """A T2 lane's pytest runs in the background of ./dev (SIGINT ignored, as without job control) in a session of
+    its own; when ./dev test ends early (T0 failed, Ctrl-C), stop_lanes sends SIGTERM to that session, and the suites'
+    conftest makes it stop pytest as Ctrl-C does: fixtures torn down (no container or derived image outlives it),
+    the step's exit status recorded. The test blocks until the signal comes (no timing to outrun)."""
+    text = (ROOT / "dev").read_text(encoding="utf-8")
+    names = ("lane_step", "stop_lanes", "lanes_running", "disk_free")
+    functions = [re.search(rf"^{name}\(\) {{.*?(?:\n}}|}}$)", text, re.M | re.S) for name in names]
+    assert all(functions), f"dev has {', '.join(names)}"
+    (tmp_path / "test_blocked.py").write_text(_BLOCKED_TEST, encoding="utf-8")
+    script = tmp_path / "harness.sh"
+    script.write_text(
+        "set -uo pipefail\n"
+        + "\n".join(m[0] for m in functions if m)
+        + f"\nhere={shlex.quote(str(tmp_path))} phase_file={shlex.quote(str(tmp_path / 'phases.tsv'))}"
+        + f"\nlanes_dir=$(mktemp -d)\ncd {shlex.quote(str(ROOT))}"
+        + f"\n( lane_step t2 blocked {shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider -p tests.conftest"
+        + f" --rootdir {shlex.quote(str(tmp_path))} {shlex.quote(str(tmp_path / 'test_blocked.py'))} ) &"
+        + "\nlanes_pid=$!"
+        + f"\nwhile [ ! -e {shlex.quote(str(tmp_path / 'ready'))} ] && kill -0 $lanes_pid; do sleep 0.1; done"
+        + "\nstop_lanes\nwait\n",
+        encoding="utf-8",
+    )
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert (tmp_path / "torn-down").exists(), proc.stdout + proc.stderr
+    (line,) = (tmp_path / "phases.tsv").read_text(encoding="utf-8").splitlines()
+    name, _seconds, _free, lane, rc = line.split("\t")
+    assert (name, lane) == ("blocked", "t2") and rc == "2", line  # pytest's exit status when interrupted
