@@ -109,8 +109,7 @@ class Sampler(threading.Thread):
                 info = self.procs[proc.pid]
                 info["hwm"] = max(info["hwm"], int(hwm[1]) * 1024 if hwm else rss)
                 info["cpu"] = cpu.user + cpu.system
-                job = info["job"]
-                if job is None:
+                if (job := info["job"]) is None:
                     continue
                 per_job[job] = per_job.get(job, 0) + rss
                 entry = self.jobs.setdefault(job, {"source": None, "peak_rss": 0, "first": now, "last": now})
@@ -138,8 +137,7 @@ class Sampler(threading.Thread):
 
 
 def _cuobjdump(so: Path) -> dict[str, object]:
-    tool = shutil.which("cuobjdump")
-    if tool is None:
+    if (tool := shutil.which("cuobjdump")) is None:
         return {"error": "cuobjdump not on PATH"}
     elf = subprocess.run([tool, "--list-elf", str(so)], capture_output=True, text=True, check=False).stdout
     ptx = subprocess.run([tool, "--list-ptx", str(so)], capture_output=True, text=True, check=False).stdout
@@ -251,8 +249,7 @@ def main() -> int:
         "python": sys.version.split()[0],
         "torch": torch and torch.__version__,
     }
-    built = sorted(wheels.glob("*.whl"))
-    if built:
+    if built := sorted(wheels.glob("*.whl")):
         result.update(_inspect_wheel(built[0]))
         if built[0].stat().st_size < 15 * 1024**2:  # small enough to come back from the device
             shutil.copy2(built[0], args.out / built[0].name)

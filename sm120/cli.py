@@ -63,7 +63,10 @@ class Parser(argparse.ArgumentParser):
         unknown = [a for a in self._given if a.startswith("--") and not self._known(a)]
         if unknown and "required" in message:  # a misspelled option is why the one it meant is missing
             message = f"unrecognized arguments: {unknown[0]}{self.resembles(unknown)}"
-        self.exit(2, f"{self.prog}: error: {message}{_closest(message)} (see --help)\n")
+        # '; perhaps you meant X' for argparse's "invalid choice: 'x' (choose from ...)" (as cibuildwheel does)
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        closest = suggest(match.group(1), re.findall(r"'?([^',\s]+)'?", match.group(2))) if match else ""
+        self.exit(2, f"{self.prog}: error: {message}{closest} (see --help)\n")
 
     def _known(self, arg: str) -> bool:  # argparse takes an option's prefixes too
         return any(option.startswith(arg.split("=", 1)[0]) for option in self._option_string_actions)
@@ -74,19 +77,10 @@ class Parser(argparse.ArgumentParser):
         return suggest(options[0], self._option_string_actions) if options else ""
 
 
-def _closest(message: str) -> str:
-    """'; perhaps you meant X' for argparse's "invalid choice: 'x' (choose from ...)" (as cibuildwheel does)."""
-    match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-    return suggest(match.group(1), re.findall(r"'?([^',\s]+)'?", match.group(2))) if match else ""
-
-
-def version() -> str:
-    return re.findall(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)[0]
-
-
 def build_parser() -> Parser:
     parser = Parser(prog="build.py", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"build.py {version()}", help="print the version")
+    version = re.findall(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)[0]
+    parser.add_argument("--version", action="version", version=f"build.py {version}", help="print the version")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for command in COMMANDS:

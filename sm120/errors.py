@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import signal
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -19,6 +20,11 @@ def suggest(name: object, allowed: Iterable[str]) -> str:
     for build.py (build.toml, the CLI's choices, bench); the image's entrypoint, standard library only, has its own."""
     close = difflib.get_close_matches(str(name), list(allowed), n=1, cutoff=0.6)
     return f"; perhaps you meant {close[0]!r}" if close else ""
+
+
+def say(message: str) -> None:
+    """A progress line on stderr, where it never mixes with a command's output."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def missing_package(exc: ModuleNotFoundError) -> str:
@@ -62,16 +68,13 @@ class _Signals:
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         self.depth += 1
-        signum = None
         try:
             yield
         finally:
             self.depth -= 1
-            if not self.depth and self.pending:
-                signum = self.pending[0]
-                self.pending.clear()
-        if signum is not None:
-            raise _interruption(signum)
+            pending, self.pending = (self.pending, []) if not self.depth else ([], self.pending)
+        if pending:
+            raise _interruption(pending[0])
 
 
 SIGNALS = _Signals()

@@ -54,7 +54,6 @@ class ContainerSpec:
     api_key_file: Path | None = None  # mounted read-only at KEY_MOUNT, API_KEY_FILE set: the key is in no env
 
     def recorded_env(self) -> dict[str, str]:
-        """The environment as bench.json records it: secrets masked."""
         return {k: ("***" if SECRET.search(k) else v) for k, v in sorted(self.env.items())}
 
 
@@ -68,7 +67,6 @@ def device_requests(gpus: str) -> list[Any]:
 
 
 def read_only(*mounts: tuple[Path | None, str]) -> dict[str, dict[str, str]]:
-    """The docker SDK's volumes: each host path given (not None) mounted read-only where its pair says."""
     return {str(host.resolve()): {"bind": bind, "mode": "ro"} for host, bind in mounts if host is not None}
 
 
@@ -157,8 +155,7 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
         except docker.errors.DockerException as exc:
             raise CheckFailed(f"{spec.label}: cannot start {spec.image}: {describe(exc)}") from None
         container.reload()
-        bindings = (container.ports or {}).get(f"{spec.port}/tcp") or []
-        if not bindings:
+        if not (bindings := (container.ports or {}).get(f"{spec.port}/tcp") or []):
             raise CheckFailed(
                 f"{spec.label}: the container published no port {spec.port} (status {container.status}); "
                 f"its log: {log_path}"

@@ -48,11 +48,8 @@ def canonical(steps: int, topk: int, draft: int) -> Point | None:
     """The point SGLang would actually run for these settings, or None when it cannot run."""
     if steps < 1 or topk < 1 or draft < 2:
         return None
-    if topk == 1:
-        draft = steps + 1
-    if draft > draft_tree_most(steps, topk):
-        return None
-    return Point(steps, topk, draft)
+    draft = steps + 1 if topk == 1 else draft
+    return Point(steps, topk, draft) if draft <= draft_tree_most(steps, topk) else None
 
 
 def parse_list(text: str, flag: str) -> Ints:
@@ -63,7 +60,6 @@ def parse_list(text: str, flag: str) -> Ints:
 
 
 def points(steps: Ints, topk: Ints, draft: Ints, reference: tuple[int, int, int] | None) -> list[Point]:
-    """Every runnable point of the grid, plus the reference and upstream's suggestion, without duplicates."""
     settings = [*itertools.product(steps, topk, draft), *([reference] if reference else []), UPSTREAM_SUGGESTION]
     out = {p for p in itertools.starmap(canonical, settings) if p}
     if not out:
@@ -74,6 +70,5 @@ def points(steps: Ints, topk: Ints, draft: Ints, reference: tuple[int, int, int]
 
 
 def best(summaries: dict[str, dict[str, Any]], grid: list[Point], figure: str) -> Point | None:
-    """The point with the highest mean of figure among those measured."""
     scored = [(summaries[p.label][figure]["mean"], p) for p in grid if figure in summaries.get(p.label, {})]
     return max(scored, key=lambda sp: sp[0])[1] if scored else None

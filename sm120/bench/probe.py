@@ -36,7 +36,6 @@ class KeyRefused(CheckFailed):
 
 
 def is_port(text: str) -> bool:
-    """A port as the image's entrypoint takes one (PORT, --port): ASCII digits, no leading zeros, within PORTS."""
     return bool(re.fullmatch(r"[1-9][0-9]{0,4}", text)) and PORTS[0] <= int(text) <= PORTS[1]
 
 
@@ -68,7 +67,6 @@ def normalize_endpoint(text: str, default_port: int) -> str:
 
 
 def _get(url: str, headers: dict[str, str], deadline_s: float) -> Any:
-    """GET url within deadline_s in all (a requests.Response); ServerUnreachable with the reason otherwise."""
     import requests  # here: build.py's other commands need no HTTP client
 
     box: dict[str, Any] = {}
@@ -84,31 +82,26 @@ def _get(url: str, headers: dict[str, str], deadline_s: float) -> Any:
     thread.join(deadline_s)
     if "response" in box:
         return box["response"]
-    reason = _reason(box["error"]) if "error" in box else f"no answer within {deadline_s:g} s"
+    if "error" not in box:
+        reason = f"no answer within {deadline_s:g} s"
+    elif match := re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(box["error"])):
+        reason = match.group(1).strip().rstrip(".").lower()
+    elif "Timeout" in type(box["error"]).__name__:
+        reason = "connection timed out"
+    else:
+        reason = "the connection failed or was closed"
     raise ServerUnreachable(f"cannot reach SGLang at {url.rsplit('/', 1)[0]}: {reason}")
 
 
-def _reason(exc: BaseException) -> str:
-    match = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
-    if match:
-        return match.group(1).strip().rstrip(".").lower()
-    if "Timeout" in type(exc).__name__:
-        return "connection timed out"
-    return "the connection failed or was closed"
-
-
 def _ask(endpoint: str, path: str, key: str | None, deadline_s: float) -> Any:
-    """GET endpoint/path with the key, if any; KeyRefused on 401/403."""
     response = _get(f"{endpoint}{path}", {"Authorization": f"Bearer {key}"} if key else {}, deadline_s)
-    status = response.status_code
-    if status in AUTH_STATUSES and key:
+    if (status := response.status_code) in AUTH_STATUSES:
         raise KeyRefused(
             f"SGLang at {endpoint} refuses the key from --api-key-file (HTTP {status} on {path}): "
             "is it the key in the server's API_KEY_FILE?"
-        )
-    if status in AUTH_STATUSES:
-        raise KeyRefused(
-            f"SGLang at {endpoint} answered HTTP {status} on {path}: the server wants an API key: --api-key-file FILE"
+            if key
+            else f"SGLang at {endpoint} answered HTTP {status} on {path}: the server wants an API key: "
+            "--api-key-file FILE"
         )
     return response
 
@@ -116,13 +109,11 @@ def _ask(endpoint: str, path: str, key: str | None, deadline_s: float) -> Any:
 def health(endpoint: str, key: str | None, deadline_s: float = 10.0) -> None:
     """ServerUnreachable unless GET /health answers 200; KeyRefused on 401/403 (SGLang leaves /health open; a proxy
     in front may not)."""
-    status = _ask(endpoint, "/health", key, deadline_s).status_code
-    if status != 200:
+    if (status := _ask(endpoint, "/health", key, deadline_s).status_code) != 200:
         raise ServerUnreachable(f"SGLang at {endpoint} is not ready: /health answered HTTP {status}")
 
 
 def server_info(endpoint: str, key: str | None, deadline_s: float = 30.0) -> dict[str, Any]:
-    """/health, then /server_info (behind the key): what the server serves. KeyRefused on 401/403."""
     health(endpoint, key, min(deadline_s, 10.0))
     resp = _ask(endpoint, "/server_info", key, deadline_s)
     try:

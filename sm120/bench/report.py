@@ -36,7 +36,6 @@ def _source(label: dict[str, Any]) -> str:
 
 
 def markdown(data: dict[str, Any]) -> str:
-    """bench.md from bench.json's data (Results.to_dict)."""
     from tabulate import tabulate
 
     s = data["settings"]
@@ -110,7 +109,6 @@ def plot(data: dict[str, Any], path: Path) -> Path:
 
 
 def write(results: Results, directory: Path) -> list[Path]:
-    """bench.json, bench.md and bench.png in directory."""
     paths, data = [results.save(directory), directory / "bench.md"], results.to_dict()
     paths[1].write_text(markdown(data), encoding="utf-8")
     if any(label.runs for label in results.labels.values()):

@@ -43,7 +43,6 @@ class Label:
     runs: list[dict[str, Any]] = field(default_factory=list)  # sweep.run_figures + concurrency, repeat
 
     def to_dict(self) -> dict[str, Any]:
-        """bench.json's label: the fields in their order but the name (its key), and the summaries."""
         return {f.name: getattr(self, f.name) for f in fields(self)[1:]} | {"summary": sweep.summaries(self.runs)}
 
 
@@ -158,8 +157,7 @@ def load(path: Path) -> Results:
     except (OSError, ValueError, RecursionError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0][:120] or type(exc).__name__
         raise UsageError(f"{path}: cannot read it ({reason}); use another --out or --fresh") from None
-    problem = _problem(data)
-    if problem is not None:
+    if (problem := _problem(data)) is not None:
         raise UsageError(f"{path}: {problem}; use another --out or --fresh")
     given = {key: data[key] for key in ("settings", "baseline", "grid", "created") if key in data}  # not the gate
     results = Results(**{"settings": {}, **given})
@@ -170,7 +168,6 @@ def load(path: Path) -> Results:
 
 
 def open_results(directory: Path, settings: dict[str, Any], *, baseline: str, fresh: bool) -> Results:
-    """Results for DIR: with the labels already in DIR/bench.json when their settings match (unless fresh)."""
     path = directory / "bench.json"
     if fresh or not path.exists():
         return Results(settings=settings, baseline=baseline)

@@ -45,8 +45,6 @@ class RunFailed(CheckFailed):
 
 @dataclass(frozen=True)
 class Job:
-    """What every run of a sweep shares: where, with what, how long at most."""
-
     image: str  # the image whose SGLang runs bench_serving
     endpoint: str  # the server, as the host reaches it
     tokenizer: str  # a path in the container: TOKENIZER, or the model's path under the models mount
@@ -123,7 +121,6 @@ def runs(engine: Any, job: Job, points: list[int], prompt_set: prompts.PromptSet
 
 
 def _line(box: Any, result: Path, index: int, deadline_s: float, concurrency: int) -> str:
-    """The index-th whole line of the result file, once bench_serving has written it."""
     end = time.monotonic() + deadline_s
     while True:
         box.reload()  # before the file is read: a line written as it exited is still found

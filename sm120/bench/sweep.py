@@ -86,7 +86,6 @@ def summarize(values: Iterable[float | None]) -> dict[str, Any] | None:
 
 
 def summaries(runs: Sequence[dict[str, Any]]) -> ByConcurrency:
-    """Per concurrency (as a string key, JSON's), each figure summarized over its runs."""
     by_c: dict[int, list[dict[str, Any]]] = {}
     for run in runs:
         by_c.setdefault(int(run["concurrency"]), []).append(run)
@@ -118,20 +117,16 @@ def ratio(num: dict[str, Any], den: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def speedups(summary: ByConcurrency, baseline: ByConcurrency, figure: str) -> ByConcurrency:
-    """Per concurrency both were measured at: the ratio of `figure` over the baseline's, with its interval."""
     both = [c for c, figures in summary.items() if figure in figures and figure in baseline.get(c, {})]
     return {c: r for c in both if (r := ratio(summary[c][figure], baseline[c][figure])) is not None}
 
 
-def faster(r: dict[str, Any]) -> bool:
-    """Faster than the baseline: the interval's lower end above 1 (the ratio itself without an interval)."""
-    return (r["ci95_low"] if r["ci95_low"] is not None else r["ratio"]) > 1.0
-
-
 def crossover(by_c: ByConcurrency) -> int | None:
-    """The lowest concurrency from which the mode is no longer faster at any higher one measured; None where it is
-    still faster at the highest (the sweep did not reach its end)."""
-    slower = list(itertools.takewhile(lambda c: not faster(by_c[c]), sorted(by_c, key=int, reverse=True)))
+    """The lowest concurrency from which the mode is no longer faster (its interval's lower end, or the ratio without
+    one, above 1) at any higher one measured; None where it is still faster at the highest (the sweep did not reach
+    its end)."""
+    low = {c: r["ci95_low"] if r["ci95_low"] is not None else r["ratio"] for c, r in by_c.items()}
+    slower = list(itertools.takewhile(lambda c: not low[c] > 1.0, sorted(by_c, key=int, reverse=True)))
     return int(slower[-1]) if slower else None
 
 

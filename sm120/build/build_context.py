@@ -44,8 +44,7 @@ def stage(config: Config, plan: Plan, repo: Path) -> Path:
 
 
 def _same_tree(a: Path, b: Path) -> bool:
-    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
-    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    files_a, files_b = (sorted(p.relative_to(d) for p in d.rglob("*") if p.is_file()) for d in (a, b))
     return files_a == files_b and all(filecmp.cmp(a / f, b / f, shallow=False) for f in files_a)
 
 

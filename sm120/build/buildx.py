@@ -169,8 +169,7 @@ def _show(lines: Iterable[str], tail: deque[str], echo: bool) -> None:
 
 def _cancel(proc: subprocess.Popen, tail: deque[str], echo: bool) -> None:
     """buildx cancels the build on SIGINT or SIGTERM (a terminal's Ctrl-C sent it one already; a third one makes it
-    exit at once). What it prints meanwhile is still read (a full pipe would hold it up); after STOP_GRACE_S, or on
-    another Ctrl-C, it is killed."""
+    exit at once); what it prints meanwhile is still read (a full pipe would hold it up)."""
     proc.send_signal(signal.SIGINT)  # nothing when it has ended
 
     def drain() -> None:

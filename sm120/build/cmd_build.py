@@ -54,17 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _wheels(source: Path | None) -> list[Path]:
-    if source is None:
-        return []
-    if not source.is_dir():
-        raise UsageError(f"--wheelhouse {source}: not a directory")
-    wheels = sorted(source.glob("*.whl"))
-    if not wheels:
-        raise UsageError(f"--wheelhouse {source}: holds no .whl files")
-    return wheels
-
-
 def _stage_wheelhouse(source: Path | None, wheels: list[Path]) -> None:
     """The Dockerfile bind-mounts .wheelhouse/ from the context: fill it with the user's wheels (or empty it)."""
     WHEELHOUSE.mkdir(exist_ok=True)
@@ -95,10 +84,9 @@ def check_arguments(args: argparse.Namespace, dockerfile: Path) -> None:
                 f"--target {args.target!r}: no such stage in the Dockerfile (stages: {', '.join(stages)}"
                 f"{suggest(args.target, stages)})"
             )
-    for spec in args.cache_from:
-        image_ref.check_cache(spec, "--cache-from")
-    for spec in args.cache_to:
-        image_ref.check_cache(spec, "--cache-to")
+    for flag, specs in (("--cache-from", args.cache_from), ("--cache-to", args.cache_to)):
+        for spec in specs:
+            image_ref.check_cache(spec, flag)
     path = args.metadata_file
     if path is not None:  # buildx writes it only after the build and the push: a bad path is found now
         if path.is_dir():
@@ -134,7 +122,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"# the plan for the build: {staged / 'plan.json'}", file=sys.stderr)
         print(shlex.join(buildx.command(request)))
         return 0
-    wheels = _wheels(args.wheelhouse)
+    if args.wheelhouse is not None and not args.wheelhouse.is_dir():
+        raise UsageError(f"--wheelhouse {args.wheelhouse}: not a directory")
+    wheels = sorted(args.wheelhouse.glob("*.whl")) if args.wheelhouse is not None else []
+    if args.wheelhouse is not None and not wheels:
+        raise UsageError(f"--wheelhouse {args.wheelhouse}: holds no .whl files")
     if plan.bases == "local":
         bases.make(config, config.profile(plan.profile))
     _stage_wheelhouse(args.wheelhouse, wheels)

@@ -78,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
     what = ", ".join(f"{v} ({'a rebuild' if present else 'from nothing'})" for v, present in built.items())
     root, memory = info["DockerRootDir"], int(info["MemTotal"]) / GIB
     problems, disk_text = [], "disk not checked"
-    cache, cache_gib = _existing(cache_home()), args.cache_gib or 0
+    cache, cache_gib = cache_home(), args.cache_gib or 0
+    while not cache.exists() and cache != cache.parent:  # its nearest existing parent: it may not be made yet
+        cache = cache.parent
     shared = free is not None and cache_gib > 0 and cache.stat().st_dev == Path(root).stat().st_dev
     if free is None:
         print(
@@ -109,10 +111,3 @@ def run(args: argparse.Namespace) -> int:
         f"{needs.min_memory_gib:g}), {info['NCPU']} CPUs"
     )
     return 0
-
-
-def _existing(path: Path) -> Path:
-    """`path`, or its nearest existing parent (the cache directory may not be made yet)."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path

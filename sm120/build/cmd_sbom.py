@@ -43,29 +43,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _writable(out: Path) -> None:
-    if out.is_dir():
-        raise UsageError(f"--out {out}: is a directory; name the file to write")
-    if not out.parent.is_dir():
-        raise UsageError(f"--out {out}: no directory {out.parent}")
-    try:
-        out.open("a").close()
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write it ({exc.strerror})") from None
-
-
 def run(args: argparse.Namespace) -> int:
-    _writable(args.out)
+    if args.out.is_dir():
+        raise UsageError(f"--out {args.out}: is a directory; name the file to write")
+    if not args.out.parent.is_dir():
+        raise UsageError(f"--out {args.out}: no directory {args.out.parent}")
+    try:
+        args.out.open("a").close()
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot write it ({exc.strerror})") from None
     engine = docker_client.connect()
     image = docker_client.image(engine, args.image)
-    name = repository(args.image)
     version = args.image.split("@", 1)[1] if "@" in args.image else image.id
     print(
         f"sbom: syft {sbom.syft_version()} in a container of {args.image} "
         f"({'with files, syft defaults' if args.with_files else 'packages only'})",
         flush=True,
     )
-    text = _scan(engine, args.image, name, version, args.with_files)
+    text = _scan(engine, args.image, repository(args.image), version, args.with_files)
     summary = sbom.summarize(text)
     args.out.write_text(text)
     print(f"sbom: {summary.line()} -> {args.out}")

@@ -74,10 +74,8 @@ def workload_for(nodes: int) -> Workload:
 
 
 def _at(doc: Any, pointer: str) -> Any:
-    """The value at a JSON pointer (RFC 6901)."""
-    for token in pointer.split("/")[1:]:
-        token = token.replace("~1", "/").replace("~0", "~")
-        doc = doc[int(token)] if isinstance(doc, list) else doc[token]
+    for key in pointer.split("/")[1:]:  # a Workload's JSON pointers: object keys only, none escaped
+        doc = doc[key]
     return doc
 
 
@@ -163,7 +161,7 @@ def check(plan: Plan, request: Request) -> None:
     if request.rdma_resource and not request.infiniband:
         raise UsageError(f"--rdma-resource {request.rdma_resource}: only with --infiniband (NCCL uses sockets without)")
     between = ("--nccl-socket-ifname", "--infiniband", "--rdma-resource")
-    if request.nodes == 1 and (given := [option for option in between if getattr(request, _dest(option))]):
+    if request.nodes == 1 and (given := [o for o in between if getattr(request, o[2:].replace("-", "_"))]):
         raise UsageError(
             f"{given[0]}: only with --nodes 2 or more (it is NCCL's network between nodes; one node's GPUs "
             "talk over P2P or shared memory)"
@@ -183,10 +181,6 @@ def check(plan: Plan, request: Request) -> None:
             f"--admin-api-key-secret {admin[0]}: its key {admin[1]!r} is the API key's (--api-key-secret "
             f"{api[0]}): every API-key holder could use the admin routes; give the admin key a key of its own"
         )
-
-
-def _dest(option: str) -> str:
-    return option.removeprefix("--").replace("-", "_")
 
 
 def _match(option: str, value: str | None, pattern: re.Pattern[str], allowed: str, longest: int = 253) -> None:
@@ -266,11 +260,6 @@ def probes(plan: Plan) -> dict[str, dict[str, Any]]:
     }
 
 
-def _esc(key: str) -> str:
-    """A JSON pointer token (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def workload_patch(
     plan: Plan, request: Request, workload: Workload, base: dict[str, Any], secrets: list[tuple[KeyComponent, str, str]]
 ) -> str:
@@ -302,7 +291,7 @@ def workload_patch(
         volume, shm = f"{pod}/volumes/{base['models_volume']}", f"{pod}/volumes/{base['shm_volume']}"
         ops += [
             ("test", f"{container}/image", base["image"]),
-            ("replace", f"{container}/resources/limits/{_esc('nvidia.com/gpu')}", request.gpus),
+            ("replace", f"{container}/resources/limits/nvidia.com~1gpu", request.gpus),
             # `replace`, not `add`: the base holds both requests (a JSON patch's replace fails where there is none).
             ("replace", f"{container}/resources/requests/cpu", cpu),
             ("replace", f"{container}/resources/requests/memory", memory),
@@ -319,10 +308,7 @@ def workload_patch(
             ]
         if models is not None:
             ops += [("test", f"{volume}/name", MODELS_VOLUME), ("replace", volume, models)]
-        if selector:
-            ops.append(("add", f"{pod}/nodeSelector", selector))
-        if tolerate:
-            ops.append(("add", f"{pod}/tolerations", tolerate))
+        ops += [("add", f"{pod}/{name}", v) for name, v in (("nodeSelector", selector), ("tolerations", tolerate)) if v]
         if template == workload.pods[0]:
             port = {"name": HTTP_PORT_NAME, "containerPort": plan.image.port, "protocol": "TCP"}
             ops.append(("add", f"{container}/ports", [port]))
@@ -330,7 +316,7 @@ def workload_patch(
         if request.infiniband:
             ops.append(("add", f"{container}/securityContext/capabilities/add", ["IPC_LOCK"]))
         if request.rdma_resource:
-            ops.append(("add", f"{container}/resources/limits/{_esc(request.rdma_resource)}", 1))
+            ops.append(("add", f"{container}/resources/limits/{request.rdma_resource.replace('/', '~1')}", 1))
     # The user's Secret names and keys in the volumes the key components append to the leader's (after the base's:
     # kustomize applies a kustomization's components, in order, before its own patches).
     for i, (component, name, key) in enumerate(secrets):
@@ -354,7 +340,7 @@ def secrets_for(request: Request, workload: Workload) -> list[tuple[KeyComponent
     out = []
     for name in KEY_COMPONENTS:
         option = f"--{name}-secret"  # --api-key-secret, --admin-api-key-secret
-        secret, key = getattr(request, _dest(option)), getattr(request, _dest(f"{option}-key"))
+        secret, key = (getattr(request, option[2:].replace("-", "_") + suffix) for suffix in ("", "_key"))
         _match(option, secret, _DNS_SUBDOMAIN, SECRET_NAME)
         _match(f"{option}-key", key, _SECRET_KEY, SECRET_KEY)
         if key is not None and not secret:
@@ -380,8 +366,7 @@ def variables(plan: Plan, request: Request) -> dict[str, str]:
 
 
 def kustomization(plan: Plan, request: Request, command: list[str]) -> str:
-    """kustomization.yaml's text: the workload's base and the mode's component, with the plan's values and the
-    user's."""
+    """kustomization.yaml's text: the workload's base and the mode's component, the plan's values and the user's."""
     check(plan, request)
     workload = workload_for(request.nodes)
     base = read_base(workload)
@@ -397,10 +382,9 @@ def kustomization(plan: Plan, request: Request, command: list[str]) -> str:
         },
     ]
     if not request.network_policy:  # a strategic-merge patch that removes the base's NetworkPolicy
-        delete = {"$patch": "delete", "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy"}
-        patches.append(
-            {"patch": yaml.safe_dump({**delete, "metadata": {"name": base["network_policy"]}}, sort_keys=False)}
-        )
+        delete: dict[str, Any] = {"$patch": "delete", "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy"}
+        delete["metadata"] = {"name": base["network_policy"]}
+        patches.append({"patch": yaml.safe_dump(delete, sort_keys=False)})
     data = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -435,7 +419,6 @@ def summary(request: Request, name: str, tag: str, *, why: bool = False) -> str:
 
 
 def create_secret(request: Request, secret: str, key: str) -> str:
-    """The command that makes a key's Secret, from a FILE that holds the key on one line."""
     namespace = f" -n {request.namespace}" if request.namespace else ""
     return f"kubectl create secret generic {secret}{namespace} --from-file={key}=FILE"
 

@@ -83,8 +83,7 @@ def read_patch(path: Path, shown: str) -> dict[str, dict[int, str]]:
         i += 2
         hunks: list[tuple[int, str]] = []
         while i < len(lines) and lines[i].startswith("@@"):
-            m = _HUNK_RE.match(lines[i])
-            if not m:
+            if not (m := _HUNK_RE.match(lines[i])):
                 raise PatchFileError(f"{shown}: line {i + 1}: malformed hunk header {lines[i]!r}")
             old_len, new_len = (int(n) if n is not None else 1 for n in m.group(2, 4))
             hunks.append((int(m.group(1)), lines[i].split(" @@")[0] + " @@"))
@@ -257,8 +256,7 @@ def main(argv: Sequence[str]) -> int:
     series_path, tree = Path(argv[1]), Path(argv[2])
     try:
         version, series = read_series(series_path)
-        found = tree_version(tree)
-        if found != version:
+        if (found := tree_version(tree)) != version:
             raise TreeError(f"{tree}: holds SGLang {found}, the series is for {version}")
         results = run(tree, version, series, root=series_path.parent, write=True)
     except (UsageError, CheckFailed) as exc:

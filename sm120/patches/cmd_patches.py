@@ -11,14 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from sm120.arguments import add_config_args
-from sm120.errors import CheckFailed, UsageError
+from sm120.errors import CheckFailed, UsageError, say
 from sm120.image import patch_engine
 from sm120.patches import patching, pypi
 from sm120.plan import config as cfg
@@ -77,12 +76,8 @@ def _patches_for(config: Config, version: str) -> list[tuple[str, Patch]]:
         return [(n, config.patch(n)) for n in config.tracks[version].patches if config.patch(n).component == "sglang"]
     every = _sglang(config)
     names = ", ".join(name for name, _ in every)
-    _progress(f"no track for sglang {version} in {config.path.name}: checking every sglang patch ({names})")
+    say(f"no track for sglang {version} in {config.path.name}: checking every sglang patch ({names})")
     return every
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -93,7 +88,7 @@ def check(config: Config, sglang: str | None = None, source: Path | None = None)
     """`patches check`: each SGLang patch of the track `sglang` (default: the default track) against the release's
     wheel from PyPI, or the tree `source`; one line per patch, CheckFailed on a conflict."""
     version = _version(sglang, config)
-    tree = source or pypi.source_tree(version, progress=_progress)
+    tree = source or pypi.source_tree(version, progress=say)
     patches = _patches_for(config, version)
     patch_engine.report(version, patching.check(tree, version, patches, root=config.root), "checked")
     return 0
@@ -110,19 +105,26 @@ def run_apply(args: argparse.Namespace) -> int:
         if not source.is_dir():
             raise UsageError(f"--source {source}: no such directory")
         patching.verify_tree(source, version)
-    if source is not None and dest.exists() and dest.resolve() == source.resolve():
-        _check_writable(dest)  # in place
-    else:
+    in_place = source is not None and dest.exists() and dest.resolve() == source.resolve()
+    if not in_place:
         _fresh_dest(dest)
+    try:  # the tree is written (or patched in place) only after the checks: a read-only --dest is found first
+        with tempfile.TemporaryFile(dir=dest):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"--dest {dest}: cannot write into it ({exc.strerror or exc}); give a writable folder"
+        ) from None
+    if not in_place:
         # Checked before anything is written: a conflict leaves no half-made tree behind.
-        tree = source or pypi.source_tree(version, progress=_progress)
+        tree = source or pypi.source_tree(version, progress=say)
         patch_engine.report(version, patching.check(tree, version, patches, root=config.root), "wrote", quiet=True)
         if source is not None:
             shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
         else:
-            pypi.extract(pypi.download(version, progress=_progress), dest, python_only=False)
+            pypi.extract(pypi.download(version, progress=say), dest, python_only=False)
     patch_engine.report(version, patching.apply(dest, version, patches, root=config.root), "wrote")
-    _progress(f"sglang {version}: patched tree in {dest}")
+    say(f"sglang {version}: patched tree in {dest}")
     return 0
 
 
@@ -137,18 +139,6 @@ def _fresh_dest(dest: Path) -> None:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--dest {dest}: cannot be created ({exc.strerror or exc}); give a writable folder") from None
-    _check_writable(dest)
-
-
-def _check_writable(dest: Path) -> None:
-    """The tree is written (or patched in place) only after the checks: a read-only --dest is found first."""
-    try:
-        with tempfile.TemporaryFile(dir=dest):
-            pass
-    except OSError as exc:
-        raise UsageError(
-            f"--dest {dest}: cannot write into it ({exc.strerror or exc}); give a writable folder"
-        ) from None
 
 
 def matrix(config: Config, since: str = MATRIX_FLOOR) -> dict[str, dict[str, patching.Result]]:
@@ -165,11 +155,11 @@ def matrix(config: Config, since: str = MATRIX_FLOOR) -> dict[str, dict[str, pat
     out: dict[str, dict[str, patching.Result]] = {}
     for i, version in enumerate(releases, 1):
         started = time.monotonic()
-        tree = pypi.source_tree(version, progress=lambda msg, v=version: _progress(f"  sglang {v}: {msg}"))
+        tree = pypi.source_tree(version, progress=lambda msg, v=version: say(f"  sglang {v}: {msg}"))
         results = patching.check(tree, version, patches, root=config.root)
         out[version] = {r.patch: r for r in results}
         summary = ", ".join(f"{r.patch}: {r.status}" for r in results)
-        _progress(f"[{i}/{len(releases)}] sglang {version}: {summary} ({time.monotonic() - started:.1f} s)")
+        say(f"[{i}/{len(releases)}] sglang {version}: {summary} ({time.monotonic() - started:.1f} s)")
     return out
 
 

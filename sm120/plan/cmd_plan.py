@@ -53,8 +53,7 @@ _INSTALL_WORDS = {
 
 def render(plan: Plan, differences: list[tuple[str, Any, Any]], published: str) -> str:
     """The human-readable plan: every value as text, none as Python writes it."""
-    flash_attn = plan.flash_attn
-    sgl_kernel = plan.sgl_kernel
+    flash_attn, sgl_kernel = plan.flash_attn, plan.sgl_kernel
     lines = [
         f"profile          {plan.profile}",
         f"SGLang           {plan.sglang_version}",

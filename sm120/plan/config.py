@@ -542,7 +542,12 @@ def load(path: Path | str | None = None, *, text: str | None = None) -> Config:
     text as if it were the file at `path` (`track add` checks what it would write, writing nothing)."""
     path = Path(path) if path is not None else DEFAULT_CONFIG
     try:
-        text = read_regular_file(path) if text is None else text
+        if text is None:  # what is not a regular file is refused first: a FIFO would block the read forever
+            if stat.S_ISDIR(mode := path.stat().st_mode):
+                raise IsADirectoryError(errno.EISDIR, "a directory, not a file")
+            if not stat.S_ISREG(mode):
+                raise OSError(errno.EINVAL, "not a regular file (a FIFO or a device would block the read)")
+            text = path.read_text(encoding="utf-8")
         config = Config.model_validate(tomllib.loads(text)).model_copy(update={"path": path.resolve()})
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file; pass --config FILE or run from the checkout") from None
@@ -558,16 +563,6 @@ def load(path: Path | str | None = None, *, text: str | None = None) -> Config:
         raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
     _check_references(config)
     return config.model_copy(update={"tracks": _resolve_tracks(config)})
-
-
-def read_regular_file(path: Path) -> str:
-    """A file's text, refusing what is not a regular file first: a FIFO would block the read forever."""
-    st = path.stat()
-    if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "a directory, not a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, "not a regular file (a FIFO or a device would block the read)")
-    return path.read_text(encoding="utf-8")
 
 
 def _check_references(config: Config) -> None:

@@ -92,8 +92,7 @@ def is_labelled_version(found: str, label: str) -> bool:
 def missing(labels: Mapping[str, str] | None, prefix: str | None = None) -> list[str]:
     """The required labels `labels` lacks, by full name."""
     prefix = prefix or namespace()
-    labels = labels or {}
-    return [f"{prefix}.{key}" for key in REQUIRED if f"{prefix}.{key}" not in labels]
+    return [f"{prefix}.{key}" for key in REQUIRED if f"{prefix}.{key}" not in (labels or {})]
 
 
 def parse(labels: Mapping[str, str] | None, prefix: str | None = None) -> Expect:

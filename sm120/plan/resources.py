@@ -39,19 +39,6 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _cgroup_paths(proc: Path) -> tuple[str | None, dict[str, str]]:
-    """(v2 path, {v1 controller: path}) from /proc/self/cgroup."""
-    v2: str | None = None
-    v1: dict[str, str] = {}
-    for line in (_read(proc / "self" / "cgroup") or "").splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3 and parts[1]:
-            v1.update(dict.fromkeys(parts[1].split(","), parts[2]))
-        elif len(parts) == 3:
-            v2 = parts[2]
-    return v2, v1
-
-
 def _ancestors(base: Path, rel: str) -> list[Path]:
     """base/rel and each parent up to base (a namespaced path that does not exist falls back to base)."""
     parts = [part for part in rel.split("/") if part]
@@ -79,13 +66,6 @@ def _memory(d: Path, name: str) -> int | None:
     return int(text) if text and text != "max" and int(text) < _V1_UNLIMITED else None
 
 
-def _meminfo_total(proc: Path) -> int:
-    for line in (_read(proc / "meminfo") or "").splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{proc / 'meminfo'} has no MemTotal")
-
-
 def _affinity() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -97,8 +77,18 @@ def detect(
     proc: Path = Path("/proc"), sysfs: Path = Path("/sys"), affinity: Callable[[], int] = _affinity
 ) -> Resources:
     cpus, cpu_source = float(affinity()), "affinity"
-    memory, mem_source = _meminfo_total(proc), "MemTotal"
-    v2, v1 = _cgroup_paths(proc)
+    totals = [line.split()[1] for line in (_read(proc / "meminfo") or "").splitlines() if line.startswith("MemTotal:")]
+    if not totals:
+        raise RuntimeError(f"{proc / 'meminfo'} has no MemTotal")
+    memory, mem_source = int(totals[0]) * 1024, "MemTotal"
+    v2: str | None = None  # the v2 path and {v1 controller: path}, from /proc/self/cgroup
+    v1: dict[str, str] = {}
+    for line in (_read(proc / "self" / "cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[1]:
+            v1.update(dict.fromkeys(parts[1].split(","), parts[2]))
+        elif len(parts) == 3:
+            v2 = parts[2]
     cgroot = sysfs / "fs" / "cgroup"
     if v2 is not None and (cgroot / "cgroup.controllers").exists():
         dirs = _ancestors(cgroot, v2)

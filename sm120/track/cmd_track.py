@@ -18,15 +18,13 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from sm120.errors import CheckFailed, UsageError
+from sm120.errors import CheckFailed, UsageError, say
 from sm120.patches import cmd_patches, pypi
 from sm120.plan import config as cfg
 from sm120.plan import resolve, tomllib
 from sm120.plan import resources as res
 from sm120.track import facts as track_facts
 from sm120.track import stanza as track_stanza
-from sm120.track import wheel_members
-from sm120.track.facts import say as _say
 
 T1_TESTS = cfg.ROOT / "tests" / "upstream"
 
@@ -84,8 +82,8 @@ def run_add(args: argparse.Namespace) -> int:
     config.track(source)  # an unknown --from lists the tracks
     text = config.path.read_text(encoding="utf-8")
     raw = tomllib.loads(text)["tracks"][source]
-    _say(f"track add {version}: reading the facts from PyPI (copying the rest from [tracks.{source!r}])")
-    derived = track_facts.derive(config, version, track_facts.PyPISources(progress=_say))
+    say(f"track add {version}: reading the facts from PyPI (copying the rest from [tracks.{source!r}])")
+    derived = track_facts.derive(config, version, track_facts.PyPISources(progress=say))
     data, copied = track_stanza.track_data(derived, raw)
     rules = track_stanza.ranged_rules(config, version, source)
     derived.notes += rules
@@ -93,12 +91,12 @@ def run_add(args: argparse.Namespace) -> int:
     new_text = track_stanza.insert(text, newest(config), stanza)
     check_and_write(config.path, new_text, version, data, write=not args.dry_run)
     for line in rules:
-        _say(f"track add {version}: {line}")
+        say(f"track add {version}: {line}")
     if args.dry_run:
         print(stanza, end="")
         return 0
     tops = sorted({path[0] for path in copied})
-    _say(
+    say(
         f'track add {version}: wrote [tracks."{version}"] into {config.path} ({len(derived.facts)} facts read; '
         f"copied from {source} for review: {', '.join(tops) or 'nothing'}); next: build.py track check {version}"
     )
@@ -111,9 +109,9 @@ def run_check(args: argparse.Namespace) -> int:
     config.track(version)
     if not (T1_TESTS / "conftest.py").is_file():
         raise UsageError(f"track check runs the T1 tests in {T1_TESTS}, which this copy lacks: run it in a checkout")
-    _say(f"track check {version}: patches check")
+    say(f"track check {version}: patches check")
     cmd_patches.check(config, version)
-    _say(f"track check {version}: the T1 tests of tests/upstream for this track (pytest --sglang-track {version})")
+    say(f"track check {version}: the T1 tests of tests/upstream for this track (pytest --sglang-track {version})")
     from sm120.verify.runner import _run_pytest
 
     cmd = [sys.executable, "-m", "pytest", str(T1_TESTS), "-q", "-p", "no:cacheprovider", f"--sglang-track={version}"]
@@ -124,7 +122,7 @@ def run_check(args: argparse.Namespace) -> int:
         raise CheckFailed(f"no T1 test was selected for track {version}")
     if status != 0:
         raise CheckFailed(f"the T1 checks of track {version} failed (pytest exit status {status}; see above)")
-    _say(f"track check {version}: passed")
+    say(f"track check {version}: passed")
     return 0
 
 
@@ -135,7 +133,7 @@ def run_next(args: argparse.Namespace) -> int:
     if newer:
         print(newer[-1])
     else:
-        _say(f"track next: no final SGLang release on PyPI is newer than {top}, the newest track")
+        say(f"track next: no final SGLang release on PyPI is newer than {top}, the newest track")
     return 0
 
 
@@ -146,8 +144,7 @@ _CHECK_MACHINE = res.Resources(cpus=2, memory_bytes=8 * res.GIB, source="track a
 def check_and_write(path: Path, new_text: str, version: str, data: dict[str, Any], *, write: bool) -> None:
     """Refuse `new_text` unless it is the old file plus exactly `data` as tracks.`version`, loads, and resolves a plan
     for every profile; then (with `write`) replace `path` with it in one step."""
-    old_text = path.read_text(encoding="utf-8")
-    expected = tomllib.loads(old_text)
+    expected = tomllib.loads(path.read_text(encoding="utf-8"))
     expected.setdefault("tracks", {})[version] = data
     try:
         found = tomllib.loads(new_text)
@@ -164,6 +161,6 @@ def check_and_write(path: Path, new_text: str, version: str, data: dict[str, Any
     if not write:
         return
     try:
-        wheel_members.write(path, new_text.encode())
+        pypi.write(path, new_text.encode())
     except OSError as exc:
         raise UsageError(f"{path}: cannot write it ({exc.strerror or exc}); nothing written") from None

@@ -8,7 +8,6 @@ the `sources` object (PyPISources), so the derivation runs on recorded metadata 
 from __future__ import annotations
 
 import re
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from sm120.errors import CheckFailed, UsageError
+from sm120.errors import CheckFailed, UsageError, say
 from sm120.patches import patching, pypi
 from sm120.plan.plan_types import cuda_major, sm
 from sm120.track import wheel_members
@@ -172,20 +171,17 @@ def _sglang_pins(config: Config, version: str, sources: PyPISources, out: Derive
     out.facts[("sgl_kernel", "package")] = Fact(kernels[0], kernel.source)
     out.facts[("sgl_kernel", "version")] = kernel
     if "cuda-python" in reqs:
-        out.notes.append(_cuda_python_note(config, version, *reqs["cuda-python"]))
+        req, line = reqs["cuda-python"]
+        majors = {Version(s.version).major for s in req.specifier if s.operator in ("==", ">=", "~=")}
+        cuda = int(cuda_major(config.cuda.version))
+        said = f"sglang {version} requires {line.split(';')[0].strip()}"
+        out.notes.append(
+            f"{said}: bindings for CUDA {cuda}, no cuda-python fix-up needed"
+            if majors and max(majors) >= cuda
+            else f"{said}, bindings for another CUDA than {config.cuda.version}: a [[fixups]] entry may be needed "
+            "(as 0.5.9 pins cuda-python 13.1.1)"
+        )
     return torch.value, kernels[0], kernel.value
-
-
-def _cuda_python_note(config: Config, version: str, req: Requirement, line: str) -> str:
-    requirement = line.split(";")[0].strip()
-    majors = {Version(s.version).major for s in req.specifier if s.operator in ("==", ">=", "~=")}
-    cuda = int(cuda_major(config.cuda.version))
-    if majors and max(majors) >= cuda:
-        return f"sglang {version} requires {requirement}: bindings for CUDA {cuda}, no cuda-python fix-up needed"
-    return (
-        f"sglang {version} requires {requirement}, bindings for another CUDA than {config.cuda.version}: "
-        "a [[fixups]] entry may be needed (as 0.5.9 pins cuda-python 13.1.1)"
-    )
 
 
 # torch's CUDA runtime requirement: `cuda-toolkit[...]==13.0.3` (CUDA 13 wheels), `nvidia-cuda-runtime-cu12==12.8.90`.
@@ -200,8 +196,7 @@ def _torch(config: Config, torch: str, sources: PyPISources, out: Derived) -> No
     found = {}
     for key, (req, line) in reqs.items():
         if _CUDA_RUNTIME.match(key):
-            version = exact_pin(req, line, "torch.pypi_cuda", where)
-            release = Version(version).release
+            release = Version(exact_pin(req, line, "torch.pypi_cuda", where)).release
             found[f"{release[0]}.{release[1] if len(release) > 1 else 0}"] = line
     if len(found) != 1:
         raise UsageError(
@@ -331,10 +326,6 @@ def derive(config: Config, version: str, sources: PyPISources) -> Derived:
     _patches(config, version, sources, out)
     assert set(out.facts) == set(DERIVED), sorted(set(DERIVED) ^ set(out.facts))
     return out
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 class PyPISources:

@@ -8,7 +8,6 @@ import base64
 import csv
 import hashlib
 import io
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,21 +46,10 @@ def _fetch(wheel: pypi.WheelFile, name: str) -> bytes:
         raise CheckFailed(f"cannot read {wheel.filename} by range requests ({type(exc).__name__}: {exc})") from None
 
 
-def write(path: Path, data: bytes) -> None:
-    """`data` into `path` in one step (a temporary file beside it, renamed): never half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _cached_record(wheel: pypi.WheelFile, *, refresh: bool = False) -> dict[str, str]:
     path = _directory(wheel) / "RECORD"
     if refresh or not path.is_file():
-        write(path, _fetch(wheel, f"{dist_info(wheel)}/RECORD"))
+        pypi.write(path, _fetch(wheel, f"{dist_info(wheel)}/RECORD"))
     try:  # {member: 'sha256=<urlsafe base64>'} (RECORD itself and unhashed lines left out)
         rows = csv.reader(io.StringIO(path.read_text(encoding="utf-8")))
         return {row[0]: row[1] for row in rows if len(row) >= 2 and row[1]}
@@ -94,7 +82,7 @@ def member(wheel: pypi.WheelFile, name: str, *, progress: Callable[[str], None] 
                 progress(f"reading {name} out of {wheel.filename} (range requests)")
             data = _fetch(wheel, name)
             if record[name] == f"sha256={_digest(data)}":
-                write(target, data)
+                pypi.write(target, data)
                 return target
     raise CheckFailed(
         f"{wheel.filename}: {name} does not match the sha256 its RECORD gives, also when fetched again; "

@@ -18,7 +18,6 @@ from sm120.plan import tomllib
 # `ELF file    1: common_ops.abi3.3.sm_120a.cubin` (one line per embedded cubin), `PTX file    1: x.1.sm_90.ptx`.
 _CUBIN = re.compile(r"\.(sm_\d+[a-z]?)\.cubin\s*$")
 _PTX = re.compile(r"\.(sm_\d+[a-z]?)\.ptx\s*$")
-_ARCH = re.compile(r"^sm_(\d+)([a-z]?)$")
 
 # Libraries the NVIDIA container runtime mounts into the container from the host's driver when it runs with
 # GPUs (`--gpus`, libnvidia-container's list: libcuda, libnvidia-ml, libnvidia-ptxjitcompiler, libnvidia-nvvm,
@@ -63,7 +62,7 @@ def parse_list_elf(text: str, pattern: re.Pattern[str] = _CUBIN) -> list[str]:
 
 
 def arch_key(arch: str) -> tuple[int, str]:
-    m = _ARCH.match(arch)
+    m = re.match(r"^sm_(\d+)([a-z]?)$", arch)
     return (int(m.group(1)), m.group(2)) if m else (10**6, arch)
 
 

@@ -22,7 +22,6 @@ def check_gpus(value: str, flag: str = "--gpus", *, allow_none: bool = False) ->
     if not all(re.fullmatch(rf"[0-9]{{1,{MAX_DIGITS}}}", d) for d in devices):
         raise UsageError(f"{flag} {shown(value, 62)}: {allowed}")
     numbers = [int(d) for d in devices]
-    twice = next((d for i, d in enumerate(devices) if int(d) in numbers[:i]), None)
-    if twice is not None:
+    if (twice := next((d for i, d in enumerate(devices) if int(d) in numbers[:i]), None)) is not None:
         raise UsageError(f"{flag} {shown(value, 62)}: GPU {twice} is listed twice; {allowed}, each once")
     return ",".join(str(n) for n in numbers)

@@ -30,8 +30,7 @@ def preflight(tag: str) -> tuple[Any, docker_env.ImageInfo]:
         info = docker_env.inspect(engine, tag)
     except docker_env.DockerUnavailable as exc:
         raise UsageError(str(exc)) from None
-    absent = labels.missing(info.labels)
-    if absent:
+    if absent := labels.missing(info.labels):
         raise UsageError(
             f"{tag} lacks the labels {', '.join(absent[:3])}{' ...' if len(absent) > 3 else ''}: "
             "not an image made by `build.py build`, or made by an older one; rebuild it"
@@ -50,10 +49,7 @@ def preflight(tag: str) -> tuple[Any, docker_env.ImageInfo]:
 def _pytest_command(junit: Path, select: str | None, verbose: bool) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", f"--junitxml={junit}"]
     cmd += ["-v", "--durations=8"] if verbose else ["-q"]
-    cmd += ["-rfEs", "--tb=short", "-o", "junit_logging=no"]
-    if select:
-        cmd += ["-k", select]
-    return cmd
+    return [*cmd, "-rfEs", "--tb=short", "-o", "junit_logging=no", *(["-k", select] if select else [])]
 
 
 def run(
@@ -84,8 +80,7 @@ def run(
 def _remove_run(engine: Any, run_id: str, interrupted: bool) -> None:
     """Remove what is left of the run's containers; another Ctrl-C waits for this (a third one leaves at once)."""
     with SIGNALS.held():
-        left = docker_env.remove_run(engine, run_id, settle_s=SETTLE_S if interrupted else 0.0)
-        if left:
+        if left := docker_env.remove_run(engine, run_id, settle_s=SETTLE_S if interrupted else 0.0):
             print(f"verify: removed {len(left)} container(s) the suite left behind: {', '.join(left)}")
         stuck = [(c.get("Names") or [c["Id"]])[0].lstrip("/") for c in docker_env.run_containers(engine, run_id)]
         if stuck:

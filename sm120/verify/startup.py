@@ -92,8 +92,7 @@ def cases(modes: Mapping[str, bool]) -> list[str]:
 
 
 def family(case: str) -> Family:
-    key = case.split("/", 1)[0]
-    return next(f for f in FAMILIES if f.key == key)
+    return next(f for f in FAMILIES if f.key == case.split("/", 1)[0])
 
 
 def model_files(root: str) -> dict[str, str]:
@@ -108,12 +107,10 @@ def model_files(root: str) -> dict[str, str]:
 
 # The entrypoint's command and SGLang's decisions
 
-_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-
 
 def split_command(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """`VAR=v ... /opt/venv/bin/python3 -m sglang.launch_server ARGS` (the last line of `--dry-run`) -> (env, ARGS)."""
-    pairs = list(itertools.takewhile(_ENV.match, argv))
+    pairs = list(itertools.takewhile(re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=").match, argv))
     env, rest = dict(pair.split("=", 1) for pair in pairs), list(argv[len(pairs) :])
     if rest[1:3] != ["-m", "sglang.launch_server"] or not rest[0].rpartition("/")[2].startswith("python"):
         raise ValueError(f"not an SGLang launch command: {' '.join(argv)[:200]}")

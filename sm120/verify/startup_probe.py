@@ -13,8 +13,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import fnmatch
 import importlib
 import importlib.util
+import ipaddress
 import json
 import logging
 import logging.handlers
@@ -23,6 +25,8 @@ import re
 import subprocess
 import sys
 import traceback
+import types
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from typing import Any
 
@@ -137,20 +141,6 @@ int cuDriverGetVersion(int *version) { if (!version) return 1; *version = %d; re
 """
 
 
-def persona_driver(stub: Path, out: Path, persona: dict[str, Any]) -> None:
-    try:
-        symbols = subprocess.run(["nm", "-D", "--defined-only", str(stub)], capture_output=True, text=True, check=True)
-        names = {w for w in symbols.stdout.split() if w.startswith("cu") and w.isidentifier()}
-        source = out.parent / "libcuda-persona.c"
-        stubs = "".join(f"void {n}(void) {{}}\n" for n in sorted(names - {"cuInit", "cuDriverGetVersion"}))
-        source.write_text(stubs + PERSONA_DRIVER_C % persona["driver_cuda_version"])
-        compile_c = ["g++", "-x", "c", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(out), str(source)]
-        subprocess.run(compile_c, capture_output=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        out.unlink(missing_ok=True)
-        out.symlink_to(stub)
-
-
 def stage(job_file: Path, job: dict[str, Any]) -> None:
     work = Path(job["workdir"])
     for sub in ("bin", "lib"):
@@ -161,7 +151,17 @@ def stage(job_file: Path, job: dict[str, Any]) -> None:
         sys.exit(0)
     link = work / "lib" / "libcuda.so.1"
     link.unlink(missing_ok=True)  # not written through a link left by an earlier run
-    persona_driver(Path(stub), link, job["persona"])
+    try:
+        symbols = subprocess.run(["nm", "-D", "--defined-only", stub], capture_output=True, text=True, check=True)
+        names = {w for w in symbols.stdout.split() if w.startswith("cu") and w.isidentifier()}
+        source = work / "lib" / "libcuda-persona.c"
+        stubs = "".join(f"void {n}(void) {{}}\n" for n in sorted(names - {"cuInit", "cuDriverGetVersion"}))
+        source.write_text(stubs + PERSONA_DRIVER_C % job["persona"]["driver_cuda_version"])
+        compile_c = ["g++", "-x", "c", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(link), str(source)]
+        subprocess.run(compile_c, capture_output=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        link.unlink(missing_ok=True)
+        link.symlink_to(stub)
     persona_file = work / "persona.json"
     persona_file.write_text(json.dumps(job["persona"]))
     smi = work / "bin" / "nvidia-smi"
@@ -246,8 +246,7 @@ def install(persona: dict[str, Any]) -> None:
         if hasattr(cuda, name):
             setattr(cuda, name, guard(f"torch.cuda.{name}"))
     for name in GUARDED_CLASSES:
-        klass = getattr(cuda, name, None)
-        if isinstance(klass, type):
+        if isinstance(klass := getattr(cuda, name, None), type):
             klass.__new__ = staticmethod(guard(f"torch.cuda.{name}()"))  # type: ignore[method-assign,assignment]
 
 
@@ -264,9 +263,7 @@ def failure(exc: BaseException) -> dict[str, Any]:
         "sglang_frame": _at(sglang[-1]) if sglang else None,
         "missing": exc.name if isinstance(exc, ImportError) else None,
     }
-    module_level = [f for f in sglang if f.name == "<module>"]
-    if module_level:
-        innermost = module_level[-1]
+    if (innermost := next((f for f in reversed(sglang) if f.name == "<module>"), None)) is not None:
         out["module"] = _short(innermost.filename).removesuffix(".py").removesuffix("/__init__").replace("/", ".")
         out["line"] = innermost.lineno
         out["statement"] = (innermost.line or "").strip()
@@ -281,8 +278,7 @@ def platform_flags() -> dict[str, Any]:
     except BaseException as exc:  # reported, not hidden
         return {"error": failure(exc)}
     for name in ("is_cuda", "is_sm120_supported", "is_blackwell_supported", "is_sm100_supported", "is_sm90_supported"):
-        fn = getattr(utils, name, None)
-        if callable(fn):
+        if callable(fn := getattr(utils, name, None)):
             try:
                 out[name] = bool(fn())
             except BaseException as exc:
@@ -349,10 +345,8 @@ def _json_tree(value: Any) -> bool:
 
 
 def settings(server_args: Any) -> dict[str, Any]:
-    """What SGLang decided, each setting JSON can hold. Releases with a resolution pass (0.5.2x: a record of
-    msgspec Structs) serialise it themselves (`resolved_dict`, what /server_info reports); 0.5.9's ServerArgs is a
-    dataclass whose post-init has decided. Anything else yields nothing (the suite then says which traps read
-    nothing)."""
+    """What SGLang decided, each setting JSON can hold: 0.5.2x serialise their resolution pass (msgspec Structs)
+    themselves (`resolved_dict`, as /server_info); 0.5.9's ServerArgs is a dataclass its post-init decided; else {}."""
     values = {}
     if hasattr(server_args, "resolve_once"):
         server_args.resolve_once()
@@ -411,8 +405,6 @@ def task_server_args(job: dict[str, Any]) -> dict[str, Any]:
 def runners(server_args: Any) -> dict[str, Any]:
     """The MoE / FP8 / FP4 GEMM runners as the scheduler resolves them at start (Scheduler.init_moe_gemm_config,
     SGLang's own code, on the model config SGLang builds from the server args)."""
-    import types
-
     try:
         from sglang.srt.configs.model_config import ModelConfig
         from sglang.srt.managers.scheduler import Scheduler
@@ -477,10 +469,6 @@ AUDIT: list[dict[str, str]] = []
 def audit(site: str, globs: list[str]) -> None:
     """Record (sys.addaudithook: every open, import, library load, program run and socket connect of this process)
     what lands under a not_shipped glob or leaves the machine."""
-    import fnmatch
-    import ipaddress
-    from importlib.machinery import EXTENSION_SUFFIXES
-
     prefix = site.rstrip("/") + "/"
 
     def note(event: str, what: str) -> None:
@@ -541,9 +529,7 @@ def main(argv: list[str]) -> int:
             result[task] = {"registry": task_registry, "server_args": task_server_args}[task](job)
     except BaseException as exc:  # whatever stopped it is the finding
         result["error"] = failure(exc)
-    result["asked"] = dict(ASKED)
-    result["boundaries_all"] = BOUNDARIES
-    result["audit"] = AUDIT
+    result.update(asked=dict(ASKED), boundaries_all=BOUNDARIES, audit=AUDIT)
     smi_log = Path(job["workdir"]) / "smi.log"
     result["nvidia_smi"] = [json.loads(x) for x in smi_log.read_text().splitlines()] if smi_log.is_file() else []
     emit(result)

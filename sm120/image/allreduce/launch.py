@@ -23,13 +23,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
 def run(job_fields: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
     """Start `world_size` ranks of worker.main with a Job made of `job_fields` (+ port and results), wait, and
     return every rank's result (rank 0's holds the rows); raise SweepError (exit 1) on any failure."""
@@ -65,7 +58,8 @@ def _join(context: Any) -> bool:
         return bool(context.join(timeout=0.5))
     except mp.ProcessExitedException as exc:
         code = exc.exit_code
-        how = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
+        name = next((s.name for s in signal.Signals if s == -code), f"signal {-code}")
+        how = f"was killed by {name}" if code < 0 else f"exited with status {code}"
         raise errors.machine(f"rank {exc.error_index} {how} (its output above says more)") from None
     except mp.ProcessRaisedException as exc:
         last = [line for line in str(exc).strip().splitlines() if line.strip()][-1:] or ["?"]
@@ -90,8 +84,7 @@ def _stop(context: Any) -> None:
 def _collect(results: Path, world_size: int) -> list[dict[str, Any]]:
     missing = "ended without a result (stopped after another rank failed?)"
     out = [r if r is not None else {"error": f"rank {i} {missing}"} for i, r in enumerate(_read(results, world_size))]
-    failed = [(r.get("at", float("inf")), rank, r["error"]) for rank, r in enumerate(out) if "error" in r]
-    if failed:
+    if failed := [(r.get("at", float("inf")), rank, r["error"]) for rank, r in enumerate(out) if "error" in r]:
         _, rank, message = min(failed)  # the first to fail: the others lost their peer
         raise errors.machine(f"rank {rank}: {message}")
     return out

@@ -23,8 +23,7 @@ class Plan:  # its fields' names are the JSON's (--json)
 
 def plan(options: argparse.Namespace, machine: TorchMachine) -> Plan:
     """`machine`: TorchMachine, or a stand-in with its methods (the tests')."""
-    names = machine.gpus()
-    if not names:
+    if not (names := machine.gpus()):
         raise errors.machine(
             "no GPU is visible here (torch sees none)",
             "in Docker: docker run --gpus all --ipc=host IMAGE allreduce-sweep; on the host nvidia-smi must list them",
@@ -39,8 +38,7 @@ def plan(options: argparse.Namespace, machine: TorchMachine) -> Plan:
     capability = machine.capability(0)
     answered = options.capability if options.capability is not None else capability[0]
     table = machine.limits()
-    sizes_for = table.get(answered)
-    if sizes_for is None:
+    if (sizes_for := table.get(answered)) is None:
         known = ", ".join(str(c) for c in sorted(table)) or "none"
         raise (errors.usage if options.capability is not None else errors.machine)(
             f"SGLang {machine.sglang_version()}'s symmetric-memory all-reduce has no size table for capability "
@@ -53,8 +51,7 @@ def plan(options: argparse.Namespace, machine: TorchMachine) -> Plan:
         raise errors.usage(
             f"--tp {options.tp}: SGLang's communicator supports world sizes {listed} on capability {answered}"
         )
-    fitting = [w for w in supported if w <= len(names)]
-    if not fitting:
+    if not (fitting := [w for w in supported if w <= len(names)]):
         raise errors.machine(
             f"{len(names)} GPUs are visible; SGLang's communicator needs {supported[0]} or more (world sizes {listed})"
         )
@@ -66,8 +63,7 @@ def plan(options: argparse.Namespace, machine: TorchMachine) -> Plan:
                 "SGLang's patched communicator turns itself off on such GPUs (RTX 5090; P2P blocked by IOMMU/ACS)",
                 "and every all-reduce goes to NCCL: there is no limit to set",
             )
-    others = {machine.capability(i) for i in range(1, world_size)} - {capability}
-    if others:
+    if others := {machine.capability(i) for i in range(1, world_size)} - {capability}:
         raise errors.machine(f"the GPUs differ in compute capability ({capability} and {sorted(others)[0]})")
     return Plan(machine.sglang_version(), world_size, names[:world_size], capability, answered, sizes_for[world_size])
 

@@ -50,8 +50,7 @@ def path_of(rows: Sequence[Row]) -> str:
 
 def advise(rows: Sequence[Row], world_size: int, builtin: int) -> Advice:
     """The limit to set for `world_size`: the crossover (SGLang takes its symmetric-memory path strictly below it)."""
-    ordered = sorted(rows, key=lambda r: r.size)
-    if not ordered:
+    if not (ordered := sorted(rows, key=lambda r: r.size)):
         return Advice(None, None, ["no sizes measured"])
     path = path_of(ordered)
     tail = list(itertools.takewhile(lambda r: r.faster == "NCCL", reversed(ordered)))  # NCCL wins from here on

@@ -31,8 +31,7 @@ def _shown(text: str) -> str:
 
 
 def parse_size(text: str) -> int:
-    match = _SIZE.fullmatch(text.strip())
-    if match is None:
+    if (match := _SIZE.fullmatch(text.strip())) is None:
         raise SizeError(f"{_shown(text)} is not a size ({FORM})")
     return int(match[1]) * _UNITS[match[2]]
 

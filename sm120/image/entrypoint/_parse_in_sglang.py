@@ -45,14 +45,6 @@ def _strict(kind: type) -> object:
     return convert
 
 
-def _merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    try:
-        from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger  # 0.5.23
-    except ImportError:
-        from sglang.srt.server_args_config_parser import ConfigArgumentMerger  # 0.5.9
-    return ConfigArgumentMerger(parser).merge_config_with_args(argv)
-
-
 def parse(argv: list[str], wanted: list[str]) -> dict[str, object]:
     """SGLang's reading of `argv`, and of each option in `wanted` (what the entrypoint's checks rely on) its value
     and default, to be compared with what the entrypoint checked."""
@@ -68,7 +60,11 @@ def parse(argv: list[str], wanted: list[str]) -> dict[str, object]:
     actions = parser._option_string_actions
     try:
         if "--config" in argv:
-            argv = _merge_config(parser, argv)
+            try:
+                from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger  # 0.5.23
+            except ImportError:
+                from sglang.srt.server_args_config_parser import ConfigArgumentMerger  # 0.5.9
+            argv = ConfigArgumentMerger(parser).merge_config_with_args(argv)
         namespace = parser.parse_args(argv)
     except Rejected as exc:
         return {"status": "rejected", "error": str(exc), "options": sorted(actions)}

@@ -79,8 +79,7 @@ def main(argv: list[str]) -> int:
         return _error(f"usage: {Path(__file__).name} -m MODULE [ARGS...] | SCRIPT [ARGS...]")
     keys: dict[str, str] = {}  # option -> key
     for variable, option in key_file.FILES.items():
-        path = (os.environ.get(variable) or "").strip()
-        if not path:
+        if not (path := (os.environ.get(variable) or "").strip()):
             continue
         try:
             keys[option] = key_file.read(path).value

@@ -134,8 +134,7 @@ def build(
             continue
         cmd.put(Item([var.option, value], var.name))
 
-    extra = _env(environ, "EXTRA_ARGS")
-    if extra is not None:
+    if (extra := _env(environ, "EXTRA_ARGS")) is not None:
         try:
             tokens = shlex.split(extra)
         except ValueError as exc:
@@ -163,17 +162,6 @@ def _host_ok(value: str) -> bool:
         except ValueError:
             return False
     return not value.startswith(("-", ".")) and ".." not in value
-
-
-def _host_problem(item: Item) -> UsageError:
-    value = item.value or ""
-    inner = value[1:-1] if value.startswith("[") and value.endswith("]") else None
-    if inner is not None and _host_ok(inner) and ":" in inner:
-        return UsageError(
-            f"{item.label()}: an IPv6 address in brackets cannot be bound (uvicorn takes it without them)",
-            f"allowed: e.g. {inner}, ::, 0.0.0.0 (brackets belong in URLs and DIST_INIT_ADDR=[addr]:port only)",
-        )
-    return UsageError(f"{item.label()} is not a host name or address", "allowed: e.g. 0.0.0.0, ::, 10.0.0.5")
 
 
 def dist_addr_problem(value: str) -> str | None:
@@ -204,8 +192,7 @@ def dist_addr_problem(value: str) -> str | None:
 def _integer(item: Item) -> int:
     low, high = INTEGERS[item.option]
     allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
-    value = item.value
-    if value is None:
+    if (value := item.value) is None:
         raise UsageError(f"{item.label()}: {item.option} needs a value", f"allowed: {allowed}")
     if not _DECIMAL.fullmatch(value):
         raise UsageError(
@@ -242,17 +229,20 @@ def effective(cmd: Command, spec: EntrypointSpec, mode_name: str, log: Log) -> E
     ints = {option: _integer(item) for option in INTEGERS if (item := cmd.last(option)) is not None}
 
     host = cmd.last("--host")
-    if host is not None and not _host_ok(host.value or ""):
-        raise _host_problem(host)
+    if host is not None and not _host_ok(value := host.value or ""):
+        if value.startswith("[") and value.endswith("]") and _host_ok(inner := value[1:-1]) and ":" in inner:
+            raise UsageError(
+                f"{host.label()}: an IPv6 address in brackets cannot be bound (uvicorn takes it without them)",
+                f"allowed: e.g. {inner}, ::, 0.0.0.0 (brackets belong in URLs and DIST_INIT_ADDR=[addr]:port only)",
+            )
+        raise UsageError(f"{host.label()} is not a host name or address", "allowed: e.g. 0.0.0.0, ::, 10.0.0.5")
 
     tp, pp = ints.get("--tp-size", 1), ints.get("--pp-size", 1)
     nnodes, node_rank = ints.get("--nnodes", 1), ints.get("--node-rank", 0)
     if node_rank >= nnodes:
         raise UsageError(f"{cmd.last('--node-rank').label()} is out of range", f"allowed: 0 to {nnodes - 1} (NNODES)")
-    addr = cmd.last("--dist-init-addr")
-    if addr is not None:
-        problem = dist_addr_problem(addr.value or "")
-        if problem is not None:
+    if (addr := cmd.last("--dist-init-addr")) is not None:
+        if (problem := dist_addr_problem(addr.value or "")) is not None:
             raise UsageError(
                 f"{addr.label()} is not host:port ({problem})",
                 "allowed: host:port of node 0, e.g. 10.0.0.1:5000, sglang-0.sglang.default:5000, [fd00::1]:5000",

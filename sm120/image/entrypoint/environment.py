@@ -108,8 +108,7 @@ def problem(name: str, known: frozenset[str]) -> str | None:
     """Why the variable `name` (not one the image reads) is refused, in one line; None when it passes."""
     if name in known:
         return None
-    file_variable = secret_file_for(name)
-    if file_variable is not None:
+    if (file_variable := secret_file_for(name)) is not None:
         sglang = " (SGLang's server does not read it either)" if name.upper().startswith("SGLANG") else ""
         return (
             f"{name} holds a key in a variable, which `docker inspect` shows{sglang}: put the key in a file and "
@@ -117,11 +116,9 @@ def problem(name: str, known: frozenset[str]) -> str | None:
         )
     if passes(name):
         return None
-    close = resembles(name, known)
-    if close is not None:
+    if (close := resembles(name, known)) is not None:
         return f"{name} is not a variable this image reads; it resembles {close} (a typo? --help lists the variables)"
-    prefix = next((p for p in OUR_PREFIXES if name.upper().startswith(p)), None)
-    if prefix is not None:
+    if (prefix := next((p for p in OUR_PREFIXES if name.upper().startswith(p)), None)) is not None:
         ours = [k for k in known if k.startswith(prefix)] or list(known)
         return (
             f"{name} is not a variable this image reads, though {prefix}* names are its own; it resembles "
@@ -135,8 +132,7 @@ def check(environ: Mapping[str, str], spec: EntrypointSpec | None) -> None:
     limit the patch would ignore (it reads it only once the communicator is built, minutes into the start)."""
     known = read_by_image(spec)
     for name in sorted(environ):
-        why = problem(name, known)
-        if why is not None:
+        if (why := problem(name, known)) is not None:
             raise UsageError(why)
     limits = environ.get(SYMM_MEM_VARIABLE, "")
     try:

@@ -29,8 +29,7 @@ def long_number(text: str) -> str | None:
     """'line N: a number of D digits' for the first number longer than int() converts (json and tomllib then
     raise a bare ValueError, not their decode error), or None."""
     limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()  # 4300 since 3.11 and 3.10.7; 0: no limit
-    match = re.search("[0-9_]{" + str(limit + 1) + ",}", text) if limit else None
-    if match is None:
+    if (match := re.search("[0-9_]{" + str(limit + 1) + ",}", text) if limit else None) is None:
         return None
     line = text.count("\n", 0, match.start()) + 1
     digits = sum(c.isdigit() for c in match.group(0))

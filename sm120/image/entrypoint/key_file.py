@@ -49,22 +49,6 @@ class KeyFileError(ValueError):
         self.hint = hint
 
 
-def _unreadable(path: str, exc: OSError) -> KeyFileError:
-    if isinstance(exc, FileNotFoundError):
-        return KeyFileError("no such file", f"mount the secret there, e.g. -v /path/on/host:{SECRET_PATH}:ro")
-    if isinstance(exc, PermissionError):
-        try:
-            st = os.stat(path)
-            owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
-        except OSError:
-            owner = ""
-        uid = os.getuid()
-        return KeyFileError(
-            f"uid {uid} cannot read it{owner}", f"let uid {uid} read it: on the host, chown {uid} FILE (or chmod a+r)"
-        )
-    return KeyFileError(f"cannot be read ({exc.strerror or exc})")
-
-
 def _read_bytes(path: str) -> bytes:
     """Up to MAX_BYTES + 1 bytes of a regular file (O_NONBLOCK: a FIFO does not hang the entrypoint)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -80,12 +64,23 @@ def read(path: str) -> ApiKey:
     MIN_CHARS long; surrounding whitespace (the newline `echo` writes) is dropped. Raises KeyFileError."""
     try:
         data = _read_bytes(path)
+    except FileNotFoundError:
+        raise KeyFileError("no such file", f"mount the secret there, e.g. -v /path/on/host:{SECRET_PATH}:ro") from None
+    except PermissionError:
+        try:
+            st = os.stat(path)
+            owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
+        except OSError:
+            owner = ""
+        uid = os.getuid()
+        raise KeyFileError(
+            f"uid {uid} cannot read it{owner}", f"let uid {uid} read it: on the host, chown {uid} FILE (or chmod a+r)"
+        ) from None
     except OSError as exc:
-        raise _unreadable(path, exc) from None
+        raise KeyFileError(f"cannot be read ({exc.strerror or exc})") from None
     if len(data) > MAX_BYTES:
         raise KeyFileError(f"is larger than {MAX_BYTES} bytes: not a key file", "it holds the key alone, on one line")
-    text = data.strip(b" \t\r\n")
-    if not text:
+    if not (text := data.strip(b" \t\r\n")):
         raise KeyFileError("is empty", f"write the key into it, {GOOD_KEY}")
     if b"\n" in text or b"\r" in text:
         lines = len(text.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"))

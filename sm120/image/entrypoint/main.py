@@ -163,8 +163,7 @@ def _check_models(
             f"{draft.label}: SGLang {version} has no drafter class {arch}", f"its EAGLE-3 drafters: {known_drafters}"
         )
     if target.architecture is not None:
-        missing = installed.methods_missing(target.architecture, EAGLE3_TARGET_HOOKS)
-        if missing:
+        if missing := installed.methods_missing(target.architecture, EAGLE3_TARGET_HOOKS):
             raise UsageError(
                 f"{target.label}: SGLang {version}'s {target.architecture} lacks {', '.join(missing)}",
                 "so it cannot feed an EAGLE-3 drafter (the server would stop after loading the weights)",

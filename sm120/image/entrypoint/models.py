@@ -4,7 +4,6 @@ states; NVFP4 as SGLang's ModelOpt parsing finds it (configs/model_config.py `_p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -145,22 +144,14 @@ def mounted_dirs(mountinfo: str = "/proc/self/mountinfo") -> list[Path]:
     return found
 
 
-def _mounted_copy(value: str) -> Path | None:
-    """A model directory (with config.json) that a repo-id-looking relative path names under a mount."""
-    for root in mounted_dirs():
-        with contextlib.suppress(OSError):
-            if (root / value / "config.json").is_file():
-                return root / value
-    return None
-
-
 def open_model(item: Item) -> Model:
     """The model at the item's path, exactly as SGLang will get it (no ~ expansion: there is no shell)."""
     value = item.value or ""
     path = Path(value)
     if not _exists(path, item) and not value.startswith(("/", ".", "~")) and _REPO_ID.match(value):
-        local = _mounted_copy(value)
-        if local is not None:  # SGLang would download the repo id instead of reading the mounted directory
+        # A model directory (with config.json) under a mount: SGLang would download the repo id instead of reading it
+        local = next((root / value for root in mounted_dirs() if os.path.isfile(root / value / "config.json")), None)
+        if local is not None:
             raise UsageError(
                 f"{item.label()}: a relative path is read as a Hugging Face repo id (SGLang would download it), "
                 f"but {local} is a model directory",
@@ -179,17 +170,11 @@ def open_model(item: Item) -> Model:
     return Model(item, path, _read_config(path / "config.json", item))
 
 
-def _unwrap(quant: Mapping[str, Any]) -> Mapping[str, Any]:
-    """SGLang's unwrap_modelopt_quantization_config: {"quantization": {...}} nests the real config."""
-    inner = quant.get("quantization", quant)
-    if not isinstance(inner, Mapping):
-        return {}
-    nested = inner.get("quantization")
-    return nested if isinstance(nested, Mapping) else inner
-
-
 def _modelopt_method(quant: Mapping[str, Any]) -> str | None:
-    conf = _unwrap(quant)
+    # SGLang's unwrap_modelopt_quantization_config: {"quantization": {...}} nests the real config.
+    inner = quant.get("quantization", quant)
+    nested = inner.get("quantization") if isinstance(inner, Mapping) else None
+    conf = nested if isinstance(nested, Mapping) else inner if isinstance(inner, Mapping) else {}
     algo = conf.get("quant_algo")
     algo = algo if isinstance(algo, str) else ""
     if algo == "MIXED_PRECISION":
@@ -232,8 +217,7 @@ def check_drafter(draft: Model) -> str | None:
     """Raise unless the draft's config names an EAGLE-3 drafter; return its architecture (None: a repo id)."""
     if draft.path is None:
         return None
-    arch = draft.architecture
-    if arch is None:
+    if (arch := draft.architecture) is None:
         raise UsageError(
             f"{draft.label}: config.json has no architectures",
             "an EAGLE-3 drafter names its class there, e.g. LlamaForCausalLMEagle3",

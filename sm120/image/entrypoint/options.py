@@ -159,8 +159,7 @@ def check_spelling(cmd: Command, known: Collection[str], version: str | None) ->
         name = item.tokens[0].split("=", 1)[0]
         if not name.startswith("--") or name in options:
             continue
-        longer = sorted(o for o in options if o.startswith(name))
-        if not longer:
+        if not (longer := sorted(o for o in options if o.startswith(name))):
             continue  # not an abbreviation; SGLang's parser says whether it is an option at all
         if len(longer) == 1:
             what = f"an abbreviation of {longer[0]}"

@@ -54,8 +54,7 @@ def check(
         )
     except subprocess.TimeoutExpired:
         return _said(log.warn, f"SGLang's parser did not answer in {TIMEOUT_S} s: the command was NOT checked")
-    lines = [line for line in run.stdout.splitlines() if line.startswith(MARK)]
-    if not lines:
+    if not (lines := [line for line in run.stdout.splitlines() if line.startswith(MARK)]):
         tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
         return _said(log.warn, f"SGLang's parser failed to run ({tail}): the command was NOT checked")
     try:
@@ -93,9 +92,8 @@ def _same_reading(cmd: Command, readings: Mapping[str, Any], version: str) -> No
     """SGLang must read what the entrypoint checked, for every option the checks and rules rely on: one it
     did not see (an abbreviation, a --config file) must be at SGLang's default."""
     for option, reading in readings.items():
-        if not isinstance(reading, Mapping) or canonical(option) != option:  # an alias: its option is compared
-            continue
-        if option == "--config":  # the file's options are merged into the command: they are compared instead
+        # an alias: its option is compared; --config: the file's options are merged into the command, compared instead
+        if not isinstance(reading, Mapping) or canonical(option) != option or option == "--config":
             continue
         ours = cmd.last(canonical(option))  # the entrypoint's own reading: an alias it does not know is not seen
         theirs, default = reading.get("value"), reading.get("default")

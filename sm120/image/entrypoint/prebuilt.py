@@ -14,15 +14,10 @@ from .errors import Log
 MANIFEST = "sm120-prebuilt.json"  # docker/stages/flashinfer_prebuilt.py writes it
 
 
-def aot_dir() -> Path | None:
-    spec = importlib.util.find_spec("flashinfer")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "data" / "aot"
-
-
 def check(log: Log, directory: Path | None = None) -> None:
-    directory = directory or aot_dir()
+    spec = importlib.util.find_spec("flashinfer") if directory is None else None
+    if spec is not None and spec.submodule_search_locations:
+        directory = Path(next(iter(spec.submodule_search_locations))) / "data" / "aot"
     if directory is None or not (directory / MANIFEST).is_file():
         return
     try:

@@ -94,8 +94,7 @@ def _nvml(library: str) -> list[Gpu] | None:
 
 def _nvidia_smi(environ: Mapping[str, str]) -> list[Gpu] | None:
     """The GPUs nvidia-smi lists; None when there is no nvidia-smi."""
-    exe = shutil.which("nvidia-smi", path=environ.get("PATH"))
-    if exe is None:
+    if (exe := shutil.which("nvidia-smi", path=environ.get("PATH"))) is None:
         return None
     query = [exe, "--query-gpu=index,name,compute_cap", "--format=csv,noheader"]
     try:
@@ -118,15 +117,13 @@ def _nvidia_smi(environ: Mapping[str, str]) -> list[Gpu] | None:
 def visible_gpus(environ: Mapping[str, str]) -> list[Gpu]:
     """The GPUs SGLang will see, through NVML, else nvidia-smi; narrowed by CUDA_VISIBLE_DEVICES."""
     try:
-        gpus = _nvml(environ.get(NVML_VARIABLE) or NVML_LIBRARY)
-        if gpus is None:
+        if (gpus := _nvml(environ.get(NVML_VARIABLE) or NVML_LIBRARY)) is None:
             gpus = _nvidia_smi(environ)
     except ProbeFailed as exc:
         raise UsageError(f"no NVIDIA GPU is usable here: {exc}", NO_GPU_HINT) from None
     if gpus is None:
         raise UsageError("no NVIDIA GPU is visible (no NVML library, no nvidia-smi)", NO_GPU_HINT)
-    wanted = visible_devices(environ)
-    if wanted is not None:
+    if (wanted := visible_devices(environ)) is not None:
         if not wanted:
             visible = environ.get(VISIBLE_DEVICES, "")
             raise UsageError(f"{VISIBLE_DEVICES}={show(visible)} hides every GPU", "unset it, or list GPU indices")
@@ -141,8 +138,7 @@ def visible_gpus(environ: Mapping[str, str]) -> list[Gpu]:
 def visible_devices(environ: Mapping[str, str]) -> list[str] | None:
     """CUDA_VISIBLE_DEVICES's entries, checked as a string only (no GPU is probed, so --dry-run checks it too):
     None when unset; [] when it hides every GPU (refused by visible_gpus, when starting: a dry run needs none)."""
-    visible = environ.get(VISIBLE_DEVICES)
-    if visible is None:
+    if (visible := environ.get(VISIBLE_DEVICES)) is None:
         return None
     wanted = [v.strip() for v in visible.split(",") if v.strip()]
     if not wanted or wanted[0] in ("-1", "NoDevFiles"):
@@ -234,8 +230,7 @@ def check_caches(cache_dir: str, environ: Mapping[str, str], log: Log) -> None:
         if var.jit and environ.get(var.name, "").strip():
             dirs.setdefault(Path(environ[var.name]), f"{var.name}={environ[var.name]}")
     for path, label in dirs.items():
-        why = _writable(path)
-        if why is not None:
+        if (why := _writable(path)) is not None:
             uid = os.getuid()
             raise UsageError(
                 f"{label} is not writable by uid {uid} ({why})",

@@ -20,8 +20,7 @@ def skipped(spec: EntrypointSpec, environ: Mapping[str, str]) -> set[str]:
     known = [rule.name for rule in spec.runtime]
     if "all" in names:
         return set(known)
-    unknown = sorted(names - set(known))
-    if unknown:
+    if unknown := sorted(names - set(known)):
         raise UsageError(
             f"SKIP_RUNTIME_RULES={show(raw)}: no rule named {show(unknown[0])}",
             f"rules of SGLang {spec.sglang_version}: {', '.join(known) or 'none'}; or 'all'",
@@ -59,8 +58,7 @@ def apply(
         if None in results.values():
             log.note(f"{what} not applied: cannot tell whether the target is NVFP4 (not a local directory)")
             continue
-        failed = [c for c, ok in results.items() if not ok]
-        if failed:
+        if failed := [c for c, ok in results.items() if not ok]:
             log.note(f"{what} not applied: {', '.join(failed)} does not hold")
             continue
         if rule.requires is not None:
@@ -80,8 +78,7 @@ def apply(
             else:
                 cmd.env[key] = value
         for item in group(list(rule.args), f"rule {rule.name}"):
-            user = cmd.overriding(item.option)
-            if user is not None:
+            if (user := cmd.overriding(item.option)) is not None:
                 log.note(f"{what}: {item.option} is yours ({user.label()})")
             else:
                 cmd.put(item)
@@ -93,8 +90,7 @@ def apply(
 def left_out(spec: EntrypointSpec, cmd: Command, log: Log) -> None:
     """Log the reference run's flags this track leaves out on sm_120; warn when the user passes one anyway."""
     for entry in spec.left_out:
-        user = cmd.overriding(canonical(entry.args[0]))
-        if user is not None:
+        if (user := cmd.overriding(canonical(entry.args[0]))) is not None:
             log.warn(f"{user.label()} is passed as you asked, but: {entry.reason}")
         else:
             log.note(f"left out {' '.join(entry.args)}: {entry.reason}")

@@ -31,8 +31,7 @@ class InstalledSGLang:
     @property
     def version(self) -> str | None:
         """The release, from sglang/_version.py, else the installed metadata."""
-        match = _VERSION.search(self._read(self.package / "_version.py") or "")
-        if match:
+        if match := _VERSION.search(self._read(self.package / "_version.py") or ""):
             return match.group(1)
         for dist in importlib.metadata.distributions(path=[str(self.root)]):
             if (dist.metadata["Name"] or "").lower() == "sglang":
@@ -88,8 +87,7 @@ class InstalledSGLang:
     def knows_option(self, option: str) -> bool:
         """Whether SGLang's CLI parser has `option`: in options(), or, where those cannot be read, a ServerArgs
         field of that name in srt/server_args.py."""
-        options = self.options()
-        if options:
+        if options := self.options():
             return option in options
         dest = option.lstrip("-").replace("-", "_")
         text = self._read(self.package / "srt" / "server_args.py") or ""
@@ -167,11 +165,8 @@ def _assigned(node: ast.AST) -> list[str]:
 
 
 def _base_name(node: ast.expr) -> str:
-    if isinstance(node, ast.Subscript):
-        node = node.value
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return node.id if isinstance(node, ast.Name) else ""
+    node = node.value if isinstance(node, ast.Subscript) else node
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
 
 
 def locate(search_path: Sequence[str] | None = None) -> InstalledSGLang | None:

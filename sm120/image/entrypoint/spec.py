@@ -191,8 +191,7 @@ def decode(cls: type[T], data: Any, where: str = "entrypoint") -> T:
         raise SpecError(f"{where} is {_kind(data)}, not an object")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-    unknown = [key for key in data if key not in names]
-    if unknown:
+    if unknown := [key for key in data if key not in names]:
         raise SpecError(f"{where} has the unknown key {unknown[0]!r} (known: {', '.join(names)})")
     values = {}
     for name in names:

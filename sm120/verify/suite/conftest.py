@@ -31,6 +31,7 @@ from sm120.verify.startup_probe import MARK
 IMAGE = os.environ.get("SM120_IMAGE", "").strip()
 RUN_ID = os.environ.get("SM120_VERIFY_RUN") or docker_env.new_run_id()
 REPORT = report.Report(image=IMAGE)
+PRELUDE = f"def report(obj):\n    import json\n    print({MARK!r} + json.dumps(obj), flush=True)\n"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -52,8 +53,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    path = os.environ.get("SM120_VERIFY_REPORT")
-    if path and IMAGE:
+    if (path := os.environ.get("SM120_VERIFY_REPORT")) and IMAGE:
         Path(path).write_text(REPORT.model_dump_json(indent=1))
 
 
@@ -159,11 +159,10 @@ def last_json(stdout: str) -> Any:
 def py(image, host, root_host) -> Callable[..., Any]:
     """py(code, env={}, root=False, check=True): run code in the image's Python in `box` (as root: root=True); it
     reports by calling `report(obj)` (defined for it), whose JSON is returned. A non-zero exit fails the check."""
-    prelude = f"def report(obj):\n    import json\n    print({MARK!r} + json.dumps(obj), flush=True)\n"
 
     def _py(code: str, *, env: dict[str, str] | None = None, root: bool = False, check: bool = True) -> Any:
         pairs = [f"{k}={v}" for k, v in (env or {}).items()]
-        argv = [*(["env", *pairs] if pairs else []), image.python, "-c", prelude + code]
+        argv = [*(["env", *pairs] if pairs else []), image.python, "-c", PRELUDE + code]
         result = (root_host if root else host).run(shlex.join(argv))
         if check and result.rc != 0:
             tail = " | ".join([ln for ln in result.stderr.strip().splitlines() if ln.strip()][-4:])

@@ -301,12 +301,8 @@ STANDIN_SMI = "#!/bin/sh\necho '0, NVIDIA RTX PRO 6000 Blackwell Workstation Edi
 
 def test_a_real_start_hands_the_key_to_sglang_only_inside_its_process(box, image, models, key_files, image_uid):
     work = "/tmp/sm120-verify/start"
-    docker_env.copy_in(
-        box,
-        {"sm120-verify/start/bin/nvidia-smi": STANDIN_SMI, "sm120-verify/start/py/sitecustomize.py": WATCH},
-        "/tmp",
-        uid=image_uid,
-    )
+    files = {"sm120-verify/start/bin/nvidia-smi": STANDIN_SMI, "sm120-verify/start/py/sitecustomize.py": WATCH}
+    docker_env.copy_in(box, files, "/tmp", uid=image_uid)
     box.exec_run(["chmod", "755", f"{work}/bin/nvidia-smi"], user="root")
     env = {
         "MODEL_PATH": models["MODEL_PATH"],

@@ -32,17 +32,11 @@ def test_kernels_run_on_the_gpu(start, image, expect):
         pytest.skip(
             "needs an sm_120 GPU: run `build.py verify --gpus all` on a GPU host with the NVIDIA container runtime"
         )
-    import docker.types
+    from sm120.bench.docker_runner import device_requests
+    from sm120.verify.suite.conftest import PRELUDE, last_json
 
-    from sm120.verify.suite.conftest import MARK, last_json
-
-    if GPUS == "all":
-        request = docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
-    else:
-        request = docker.types.DeviceRequest(device_ids=GPUS.split(","), capabilities=[["gpu"]])
-    container = start("gpu", entrypoint=["sleep", "infinity"], device_requests=[request])
-    code = f"def report(obj):\n    import json\n    print({MARK!r} + json.dumps(obj))\n{ON_GPU}"
-    result = container.exec_run([image.python, "-c", code])
+    container = start("gpu", entrypoint=["sleep", "infinity"], device_requests=device_requests(GPUS))
+    result = container.exec_run([image.python, "-c", PRELUDE + ON_GPU])
     output = result.output.decode(errors="replace")
     assert result.exit_code == 0, output[-800:]
     out = last_json(output)

@@ -56,21 +56,15 @@ def test_runs_as_the_labelled_non_root_user(image, expect, host):
 
 
 def test_no_world_writable_files_outside_shared_directories(scan):
-    bad = []
-    for entry in scan.get("WW", []):
-        kind, mode, path = entry.split(" ", 2)
-        if kind == "d" and path in SHARED_DIRS and int(mode, 8) & 0o1000:
-            continue
-        bad.append(f"{path} ({kind} {mode})")
+    entries = [entry.split(" ", 2) for entry in scan.get("WW", [])]
+    bad = [f"{p} ({k} {m})" for k, m, p in entries if not (k == "d" and p in SHARED_DIRS and int(m, 8) & 0o1000)]
     assert not bad, f"{len(bad)} world-writable path(s): {', '.join(bad[:20])}"
 
 
 def test_no_credentials(scan, image, root_host):
     assert not scan.get("CRED"), f"credential files in the image: {', '.join(scan['CRED'])}"
-    leaks = []
-    for path in scan.get("PIPCONF", []):
-        if CREDENTIAL_IN_URL.search(root_host.file(path).content_string):
-            leaks.append(f"{path} holds a URL with a user and password")
+    pipconf = [p for p in scan.get("PIPCONF", []) if CREDENTIAL_IN_URL.search(root_host.file(p).content_string)]
+    leaks = [f"{path} holds a URL with a user and password" for path in pipconf]
     for key, value in image.env.items():
         if SECRET_NAME.search(key) or CREDENTIAL_IN_URL.search(value):
             leaks.append(f"ENV {key}")
@@ -87,9 +81,7 @@ def test_no_package_caches(scan):
     assert not scan.get("APT"), f"{len(scan['APT'])} apt package list(s) or .deb files left, e.g. {scan['APT'][0]}"
 
 
-# ---------------------------------------------------------------------------------------------------
 # The entrypoint's process tree and signals, in a container started the way users start it.
-# ---------------------------------------------------------------------------------------------------
 
 PROCESSES = r"""
 import os
@@ -111,10 +103,9 @@ report(procs)
 
 
 def _processes(container) -> list[dict]:
-    from sm120.verify.suite.conftest import MARK, last_json
+    from sm120.verify.suite.conftest import PRELUDE, last_json
 
-    code = f"def report(obj):\n    import json\n    print({MARK!r} + json.dumps(obj))\n{PROCESSES}"
-    result = container.exec_run(["python3", "-c", code])
+    result = container.exec_run(["python3", "-c", PRELUDE + PROCESSES])
     assert result.exit_code == 0, result.output.decode(errors="replace")[-300:]
     return last_json(result.output.decode())
 
@@ -159,9 +150,7 @@ def test_docker_stop_ends_it_within_two_seconds(passthrough):
     assert code == 128 + 15, f"exit status {code}: the program did not end by SIGTERM"
 
 
-# ---------------------------------------------------------------------------------------------------
 # HEALTHCHECK: defined, and it probes the plan's route on the configured port: run it against a stand-in there.
-# ---------------------------------------------------------------------------------------------------
 
 HEALTH_PROBE = r"""
 import http.server, os, subprocess, threading

@@ -134,8 +134,7 @@ def test_flashinfer_jit_builds_and_loads_a_module_for_sm_120(py, image, expect, 
     assert out["answer"] == 42
     base = image.env.get("FLASHINFER_WORKSPACE_BASE", "")
     assert base and out["so"].startswith(base.rstrip("/") + "/"), f"FlashInfer built {out['so']}, not under {base}"
-    local = docker_env.copy_out(box, out["so"], tmp_path)
-    archs = elf.sass_archs(local).archs
+    archs = elf.sass_archs(docker_env.copy_out(box, out["so"], tmp_path)).archs
     assert f"{arch}a" in archs, f"FlashInfer's JIT built {archs}, not {arch}a"
 
 
@@ -260,8 +259,7 @@ def test_triton_compiles_a_kernel_for_sm_120(py, image, expect, box, tmp_path):
     arch = expect.cuda_archs[0]
     capability = int(arch.removeprefix("sm_").rstrip("af"))
     out = py(f"CAPABILITY = {capability}\n{TRITON_KERNEL}", env={"CUDA_VISIBLE_DEVICES": ""})
-    local = docker_env.copy_out(box, out["cubin"], tmp_path)
-    archs = elf.sass_archs(local).archs
+    archs = elf.sass_archs(docker_env.copy_out(box, out["cubin"], tmp_path)).archs
     assert any(a.rstrip("af") == arch for a in archs), (
         f"Triton {out['triton']} (ptxas {out['ptxas']}) compiled {archs}, not {arch}"
     )

@@ -55,9 +55,8 @@ def sass(box, extensions, expect, tmp_path_factory) -> dict[str, list[dict]]:
     except elf.CuobjdumpMissing as exc:
         pytest.fail(str(exc), pytrace=False)
     scratch = tmp_path_factory.mktemp("so")
-    result: dict[str, list[dict]] = {}
+    result: dict[str, list[dict]] = {family: [] for family in extensions}
     for family, files in extensions.items():
-        result[family] = []
         for rel, path in files:
             local = docker_env.copy_out(box, path, scratch)
             try:
@@ -65,12 +64,7 @@ def sass(box, extensions, expect, tmp_path_factory) -> dict[str, list[dict]]:
                 functions = elf.kernel_functions(local, tool) if family == "flash-attn" else []
             finally:
                 local.unlink()
-            entry = {
-                "library": elf.library_name(rel),
-                "archs": found.archs,
-                "ptx": found.ptx,
-                "device_code": found.device_code,
-            }
+            entry = {"library": elf.library_name(rel), **vars(found)}  # archs, device_code, ptx
             if family == "flash-attn":
                 entry["subset"] = elf.flash_attn_subset(functions)
             result[family].append(entry)
@@ -87,10 +81,6 @@ def _warn_grouped(groups: dict[str, list[str]], template: str) -> None:
     """One warning per reason: template.format(libs=..., why=...)."""
     for why, libs in groups.items():
         _warn(template.format(libs=", ".join(libs), why=why))
-
-
-def _exemption(library: str) -> str | None:
-    return elf.not_for_sm120(library)  # the list: elf.SGL_KERNEL_NOT_FOR_SM120
 
 
 def test_flash_attn_extensions_carry_sm_120_sass(sass, expect):
@@ -131,7 +121,7 @@ def test_sgl_kernel_extensions_carry_sm_120a_sass(sass, expect):
     extras: dict[str, list[str]] = {}
     for lib in libs:
         missing = [a for a in required if a not in lib["archs"]]
-        why = _exemption(lib["library"])
+        why = elf.not_for_sm120(lib["library"])  # the list: elf.SGL_KERNEL_NOT_FOR_SM120
         if not missing:
             with_sm120 += 1
         elif why and not any(elf.covers(lib["archs"], a) for a in asked):
@@ -149,9 +139,7 @@ def test_sgl_kernel_extensions_carry_sm_120a_sass(sass, expect):
     assert with_sm120, f"no {expect.sgl_kernel_package} extension carries {required}"
 
 
-# ---------------------------------------------------------------------------------------------------
 # ldd: every ELF shared object and program of the image's Python environment and CUDA toolchain resolves.
-# ---------------------------------------------------------------------------------------------------
 
 ROOTS = ["/opt/venv", "/usr/local/cuda/"]
 

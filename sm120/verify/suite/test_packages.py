@@ -74,8 +74,7 @@ def test_the_images_python_is_the_labelled_one(probe, expect, image):
 def test_package_imports_at_the_labelled_version(probe, expect, name: str):
     rec = probe["packages"][name]
     assert rec["imported"], f"import {name} fails in {IMAGE}: {rec.get('error')}"
-    want = expect.versions[name]
-    got = rec["version"]
+    want, got = expect.versions[name], rec["version"]
     assert got is not None, f"{name} has no __version__"
     assert Version(got).public == Version(want).public, f"{name} {got} in the image, the label says {want}"
     assert rec["dist_version"] is not None and Version(rec["dist_version"]).public == Version(want).public, (
@@ -122,12 +121,10 @@ def test_sgl_kernel_imports(probe, expect):
         )
 
 
-# ---------------------------------------------------------------------------------------------------
 # The SGLang patches, by behaviour: the snippets the T1 tests run on the releases (sm120/verify/behaviour.py) run in
 # the image's own interpreter on its installed SGLang, with the same stand-in for sgl_kernel
 # (sm120/verify/sgl_kernel_standin.py; the kernels cannot load without a GPU driver, and the patched code never
 # calls one).
-# ---------------------------------------------------------------------------------------------------
 
 STUBS_PATH = "/tmp/sm120-verify/upstream_stubs.py"
 
@@ -157,15 +154,10 @@ NOT_SGLANG = {"flash-attn-kernel-subset": "test_kernels.py::test_flash_attn_kern
 
 @pytest.fixture(scope="session")
 def snippets(box, py, image_uid) -> dict:
-    stubs = SGL_KERNEL_STANDIN.read_text()
-    docker_env.copy_in(box, {"sm120-verify/upstream_stubs.py": stubs}, "/tmp", uid=image_uid)
+    docker_env.copy_in(box, {"sm120-verify/upstream_stubs.py": SGL_KERNEL_STANDIN.read_text()}, "/tmp", uid=image_uid)
     prelude = SNIPPET_PRELUDE.format(pythonpath=[], stubs=True, stubs_file=STUBS_PATH)
-    code = (
-        prelude
-        + f"\nSNIPPETS = {dict((name, snippet) for name, (snippet, _) in BEHAVIOUR.items())!r}\n"
-        + RUN_SNIPPETS
-        + "\nreport(emit_all)\n"
-    )
+    snippets = {name: snippet for name, (snippet, _) in BEHAVIOUR.items()}
+    code = f"{prelude}\nSNIPPETS = {snippets!r}\n{RUN_SNIPPETS}\nreport(emit_all)\n"
     env = {"CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false", **INKLING_OFF}
     return py(code, env=env)
 
@@ -184,8 +176,4 @@ def test_patch_is_in_force(patch: str, expect, snippets):
     assert "crashed" not in out, f"the {patch} snippet crashed: {out['crashed']}\n{out.get('tb', '')}"
     assert out["version"] == expect.sglang, f"the snippet imported SGLang {out['version']}"
     assert out["file"].startswith("/opt/venv/"), f"the snippet imported {out['file']}, not the image's SGLang"
-    _check(patch, out)
-
-
-def _check(patch: str, out: dict) -> None:
     BEHAVIOUR[patch][1](out)

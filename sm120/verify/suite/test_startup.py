@@ -37,7 +37,6 @@ from typing import Any
 import pytest
 
 from sm120.plan.config import Sm120Trap
-from sm120.plan.plan_types import Plan
 from sm120.verify import docker_env, persona, startup
 from sm120.verify.suite.conftest import REPORT, entrypoint, last_json, plan_of_image
 
@@ -46,11 +45,6 @@ MODELS = f"{WORK}/models"
 PROBE = Path(startup.__file__).with_name("startup_probe.py")
 DEVICES = 8  # TP 8: the reference run's eight cards
 REFUSED: dict[str, str] = {}  # case -> the entrypoint's error, where it refuses the case's drafter
-
-
-def _traps(plan: Plan) -> list[Sm120Trap]:
-    """The sm_120 traps the image was built with (build.toml [[sm120_traps]], carried in its plan)."""
-    return [Sm120Trap.model_validate(trap) for trap in plan.sm120_traps]
 
 
 def _cases() -> list[str]:
@@ -63,8 +57,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" in metafunc.fixturenames:
         metafunc.parametrize("case", _cases())
     if "drafter_case" in metafunc.fixturenames:
-        others = [c for c in _cases() if startup.family(c).drafter != "llama"]
-        metafunc.parametrize("drafter_case", others)
+        metafunc.parametrize("drafter_case", [c for c in _cases() if startup.family(c).drafter != "llama"])
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +71,7 @@ def card() -> persona.Persona:
 @pytest.fixture(scope="module")
 def staged(box, image_uid) -> str:
     """The probe and the model directories, copied into the container (owned by the image's user)."""
-    files: dict[str, bytes | str] = {"startup_probe.py": PROBE.read_bytes()}
-    files.update({name: text for name, text in startup.model_files("models").items()})
+    files: dict[str, bytes | str] = {"startup_probe.py": PROBE.read_bytes(), **startup.model_files("models")}
     docker_env.copy_in(box, {f"sm120-startup/{k}": v for k, v in files.items()}, "/tmp", uid=image_uid)
     return WORK
 
@@ -206,18 +198,9 @@ def registry(run) -> dict[str, Any]:
     return {**run["registry"], "asked": run.get("asked") or {}, "boundaries_all": run["boundaries_all"]}
 
 
-@pytest.fixture(scope="module")
-def server_args(run) -> dict[str, Any]:
-    return run
-
-
 def _skip_refused(case: str) -> None:
     if case in REFUSED:
         pytest.skip(f"{case}: the entrypoint refuses its drafter on this track (judged by the drafter check)")
-
-
-def _boundaries(found: dict[str, Any]) -> list[str]:
-    return [f"{b['call']} from {b['sglang_frame']}" for b in found.get("boundaries_all", [])]
 
 
 def test_torch_answers_as_the_sm120_persona(registry, card):
@@ -229,17 +212,14 @@ def test_torch_answers_as_the_sm120_persona(registry, card):
         assert platform["is_sm120_supported"] is True, platform
     assert platform.get("is_sm100_supported") in (None, False), platform
     assert registry["asked"].get("get_device_capability"), f"SGLang never asked the capability: {registry['asked']}"
-    assert not _boundaries(registry), f"the import path reached calls that need a GPU: {_boundaries(registry)}"
-
-
-def _supported(registry: dict[str, Any]) -> list[str]:
-    return [*startup.SUPPORTED, *registry.get("eagle3_in_source", [])]
+    reached = [f"{b['call']} from {b['sglang_frame']}" for b in registry.get("boundaries_all", [])]
+    assert not reached, f"the import path reached calls that need a GPU: {reached}"
 
 
 def test_the_registry_registers_every_supported_architecture(registry):
     archs = set(registry.get("archs") or [])
     assert archs, f"the model registry is empty: {registry.get('error')}"
-    missing = [arch for arch in _supported(registry) if arch not in archs]
+    missing = [arch for arch in [*startup.SUPPORTED, *registry.get("eagle3_in_source", [])] if arch not in archs]
     why = []
     for arch in missing:
         module = next((m for m, names in registry.get("entry_classes", {}).items() if arch in names), None)
@@ -266,12 +246,12 @@ def test_kernel_libraries_imported_at_module_level_load(registry):
         REPORT.warnings.append(f"start-up: {module} does not import: {startup.describe_failure(failure)}")
 
 
-def test_sglang_accepts_the_entrypoints_command(case: str, server_args):
+def test_sglang_accepts_the_entrypoints_command(case: str, run):
     """SGLang's own ServerArgs and post-init checks, the server's launch checks (the cuDNN gate included), the
     scheduler's runner set-up and the model loader's quantization step: every refusal is named."""
-    assert "error" not in server_args, f"the probe stopped: {startup.describe_failure(server_args['error'])}"
+    assert "error" not in run, f"the probe stopped: {startup.describe_failure(run['error'])}"
     _skip_refused(case)
-    rec = server_args["cases"].get(case)
+    rec = run["cases"].get(case)
     assert rec is not None, f"{case} was not run"
     runners = rec.get("runners", {})
     problems = []
@@ -289,28 +269,28 @@ def test_sglang_accepts_the_entrypoints_command(case: str, server_args):
         REPORT.warnings.append(f"start-up {case}: the scheduler's runner set-up: {why}")
 
 
-def test_no_decision_lands_on_an_sm120_trap(case: str, server_args, expect, plan):
+def test_no_decision_lands_on_an_sm120_trap(case: str, run, expect, plan):
     _skip_refused(case)
-    rec = server_args["cases"].get(case) or {}
+    rec = run["cases"].get(case) or {}
     if "settings" not in rec:
         pytest.skip(f"{case}: SGLang made no decisions (see test_sglang_accepts_the_entrypoints_command)")
-    traps = _traps(plan)  # the traps the image carries (build.toml's, in its plan.json)
+    traps = [Sm120Trap.model_validate(t) for t in plan.sm120_traps]  # build.toml's, carried in its plan.json
     hits = startup.trap_hits(traps, expect.sglang, {case: startup.decisions(rec)})
     assert not hits, " | ".join(hit.message(expect.sglang) for hit in hits)
 
 
-def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect, plan):
+def test_every_trap_is_checked_against_a_decision(case: str, run, expect, plan):
     """A trap is only as good as the decision it reads: each one that holds for this release and quantization must
     find at least one of its settings among what SGLang decided (a release that renames or nests a setting would
     otherwise pass the trap check by reading nothing)."""
     _skip_refused(case)
-    rec = server_args["cases"].get(case) or {}
+    rec = run["cases"].get(case) or {}
     if "settings" not in rec:
         pytest.skip(f"{case}: SGLang made no decisions (see test_sglang_accepts_the_entrypoints_command)")
     decided = startup.decisions(rec)
     blind = [
         trap
-        for trap in _traps(plan)
+        for trap in map(Sm120Trap.model_validate, plan.sm120_traps)
         if trap.applies(expect.sglang, decided.get("quantization"), decided.get("draft_attention"))
         and not set(trap.settings) & set(decided)
     ]
@@ -320,7 +300,7 @@ def test_every_trap_is_checked_against_a_decision(case: str, server_args, expect
     )
 
 
-def test_a_drafter_the_image_lacks_is_refused_naming_its_tracks(drafter_case: str, server_args, registry):
+def test_a_drafter_the_image_lacks_is_refused_naming_its_tracks(drafter_case: str, run, registry):
     """A drafter class only some tracks' SGLang has (the MLA drafter): where SGLang's own registry in this image has
     it, the entrypoint accepts it and SGLang starts the case (the checks above); where the registry lacks it, the
     entrypoint refuses it in one line naming the tracks and images that have it."""
@@ -329,19 +309,19 @@ def test_a_drafter_the_image_lacks_is_refused_naming_its_tracks(drafter_case: st
     in_registry = drafter in set(registry.get("archs") or [])
     if case not in REFUSED:
         assert in_registry, f"{case}: the entrypoint accepted {drafter}, which SGLang's registry here lacks"
-        assert case in server_args["cases"], f"{case}: accepted but not run"
+        assert case in run["cases"], f"{case}: accepted but not run"
         return
     assert not in_registry, f"{case}: the entrypoint refused {drafter}, which SGLang's registry has: {REFUSED[case]}"
     assert "use the image of track" in REFUSED[case], f"{case}: the refusal names no track: {REFUSED[case]}"
 
 
-def test_start_up_touches_nothing_the_image_leaves_out(server_args, registry, plan):
+def test_start_up_touches_nothing_the_image_leaves_out(run, registry, plan):
     """SGLang's start-up on the persona (the registry, the start-up modules, every case) opens, imports and loads
     none of the files the image does not ship (its plan's not_shipped, with their reasons), and connects to no
     address off this machine (nothing is fetched, e.g. FlashInfer's cubins). An audit hook watches the probe."""
     if not plan.not_shipped:
         pytest.skip("the image's plan leaves nothing out: only the network is audited")
-    events = server_args.get("audit") or []
+    events = run.get("audit") or []
     assert not events, "start-up touched what the image leaves out or the network: " + "; ".join(
         f"{e['event']} {e['what']}" for e in events[:8]
     )
