@@ -116,6 +116,17 @@ def ninja_log(build_dir: Path) -> list[dict[str, Any]]:
     return sorted(entries.values(), key=lambda e: -e["seconds"])
 
 
+def _sampler() -> Any:
+    """benchmarks/kernel_build.py's Sampler of this process's tree, or None where psutil is missing."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from kernel_build import Sampler  # type: ignore[import-not-found]
+    except ImportError as exc:
+        print(f"memory sampler off: {exc}", file=sys.stderr)
+        return None
+    return Sampler(os.getpid(), interval=0.5)
+
+
 def memory_summary(sampler: Any) -> dict[str, Any]:
     if sampler is None:
         return {}
@@ -186,14 +197,7 @@ def build_one(entry: dict[str, Any], deadline: float | None) -> dict[str, Any]:
     if so.exists() and not earlier:
         result["warning"] = "the .so was already built in this workspace: the times below are a no-op ninja run"
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # kernel_build.py's Sampler of this process's tree (needs psutil)
-    try:
-        from kernel_build import Sampler  # type: ignore[import-not-found]
-
-        sampler = Sampler(os.getpid(), interval=0.5)
-    except ImportError as exc:
-        print(f"memory sampler off: {exc}", file=sys.stderr)
-        sampler = None
+    sampler = _sampler()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     stopped_at: float | None = None

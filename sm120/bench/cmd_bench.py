@@ -147,6 +147,22 @@ def concurrency_list(text: str) -> list[int]:
     return sorted(values)
 
 
+def read_api_key(path: str | None) -> key_file.ApiKey | None:
+    """--api-key-file: the entrypoint's checks (sm120/image/entrypoint/key_file.py). The value given is never shown:
+    a key pasted where its file's path goes would be printed."""
+    if path is None:
+        return None
+    SECRETS.add(path)
+    try:
+        key = key_file.read(path)
+    except key_file.KeyFileError as exc:
+        raise UsageError(
+            f"--api-key-file: {exc.problem} (the path is not shown: a key pasted there would be)"
+        ) from None
+    SECRETS.add(key.value)  # masked in everything bench prints and writes from here on
+    return key
+
+
 _USERINFO = re.compile(r"^([^:/?#]*://)?([^/?#]*)@")
 
 
@@ -203,16 +219,7 @@ def run(args: argparse.Namespace) -> int:
         if args.gate_concurrency not in concurrency:
             raise UsageError(f"--gate-concurrency {args.gate_concurrency}: not in --concurrency {args.concurrency}")
         _check_label(args.baseline, "--baseline")
-        key = None  # --api-key-file, checked as the entrypoint does (sm120/image/entrypoint/key_file.py)
-        if args.api_key_file is not None:
-            SECRETS.add(args.api_key_file)
-            try:
-                key = key_file.read(args.api_key_file)
-            except key_file.KeyFileError as exc:
-                raise UsageError(
-                    f"--api-key-file: {exc.problem} (the path is not shown: a key pasted there would be)"
-                ) from None
-            SECRETS.add(key.value)  # masked in everything bench prints and writes from here on
+        key = read_api_key(args.api_key_file)
         target = _ImageTarget(args) if args.image is not None else _EndpointTarget(args, key.value if key else None)
         engine = docker_client.connect(probe.ServerUnreachable)
         docker_client.image(engine, target.bench_image, target.bench_flag)
@@ -225,38 +232,7 @@ def run(args: argparse.Namespace) -> int:
             "bench_image": target.bench_image,
         }
         out_dir = Path(args.out)
-        # --out checked (a directory this user can write bench.json into: found before the first request), locked and
-        # read (the labels kept from an earlier run); a mistake leaves no new directory.
-        created = not out_dir.exists()
-        try:
-            try:
-                out_dir.mkdir(parents=True, exist_ok=True)
-                with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".bench-probe-"):
-                    pass
-            except FileExistsError:
-                raise UsageError(f"--out {out_dir}: not a directory") from None
-            except OSError as exc:
-                raise UsageError(f"--out {out_dir}: cannot write into it ({exc.strerror or exc})") from None
-            for name in ("bench.json", "bench.md", "bench.png"):
-                if (out_dir / name).exists() and not (out_dir / name).is_file():
-                    raise UsageError(f"--out {out_dir}: {out_dir / name} is not a file")
-            held.enter_context(writer_lock(out_dir))
-            results = open_results(out_dir, settings, baseline=args.baseline, fresh=args.fresh)
-            present = set(results.labels) | set(target.labels)
-            if args.min_speedup is not None and (args.baseline not in present or len(present) < 2):
-                raise UsageError(
-                    f"--min-speedup needs results for label {args.baseline!r} and another label in {out_dir}; "
-                    f"measure {args.baseline!r} first (--label {args.baseline}) or use --image --modes baseline,..."
-                )
-        except UsageError:
-            held.close()  # the lock file goes with the directory
-            if created:
-                with contextlib.suppress(OSError):
-                    (out_dir / LOCK_NAME).unlink(missing_ok=True)
-                    out_dir.rmdir()
-            raise
-        if kept_now := [k for k in results.labels if k not in target.labels]:
-            print(f"bench: keeping {', '.join(kept_now)} from {out_dir / 'bench.json'}", file=sys.stderr)
+        results = _open_results(args, held, out_dir, target.labels, settings)
         try:
             try:
                 failures = target.sweep(engine, results, out_dir, prompt_set, key)
@@ -384,23 +360,8 @@ class _ImageTarget(_Target):
         plan = read_image_plan(args.image)  # after the checks that need no Docker
         self.args, self.bench_image, self.plan = args, args.image, plan
         known = plan.entrypoint.modes
-        self.modes = list(known)  # --modes: the image's modes to measure, in order (default: every mode of the image)
-        if args.modes is not None:
-            self.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-            if not self.modes:
-                raise UsageError(f"--modes is empty: give e.g. {','.join(known)}")
-            if wrong := next((m for m in self.modes if m not in known), None):
-                raise UsageError(
-                    f"--modes {wrong!r}: the image knows {', '.join(sorted(known))}{suggest(wrong, known)}"
-                )
-            if len(set(self.modes)) != len(self.modes):
-                raise UsageError(f"--modes {args.modes!r}: a mode is listed twice")
-        self.env: dict[str, str] = {}
-        for item in args.env:
-            key, sep, value = item.partition("=")
-            if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-                raise UsageError(f"--env {item!r}: give NAME=VALUE, e.g. --env MODEL_PATH=/models/Kimi-K2.5-NVFP4")
-            self.env[key] = value
+        self.modes = _modes(args.modes, known)
+        self.env = _parse_env(args.env)
         if key_file.VARIABLE in self.env:
             raise UsageError(f"--env {key_file.VARIABLE}=...: give --api-key-file FILE (bench mounts it)")
         if not probe.is_port(port := self.env.setdefault("PORT", str(plan.image.port))):
@@ -425,14 +386,7 @@ class _ImageTarget(_Target):
                 raise UsageError(f"mode {mode} needs --env DRAFT_MODEL_PATH=PATH (the EAGLE-3 draft model)")
         tokenizer_dir = _readable_dir(args.tokenizer, "--tokenizer") if args.tokenizer else None
         self.tokenizer = (serving.TOKENIZER, tokenizer_dir) if tokenizer_dir else (self.env["MODEL_PATH"], None)
-        self.spec_mode, self.points = "", []  # --spec-grid: the draft mode it sweeps, the runnable points of the grid
-        if args.spec_grid:
-            spec_modes = [m for m in self.modes if known[m].draft]
-            if not spec_modes:
-                drafted = " or ".join(m for m in known if known[m].draft) or "a mode with a draft model"
-                raise UsageError(f"--spec-grid sweeps EAGLE-3 settings: add {drafted} to --modes")
-            lists = (grid.parse_list(getattr(args, f"grid_{n}"), f"--grid-{n}") for n in ("steps", "topk", "draft"))
-            self.spec_mode, self.points = spec_modes[0], grid.points(*lists, known[spec_modes[0]].draft_tree)
+        self.spec_mode, self.points = _grid(args, self.modes, known) if args.spec_grid else ("", [])
         self.plain = [m for m in self.modes if not (self.points and m == self.spec_mode)]  # not swept
         self.labels = self.plain + [p.label for p in self.points]
 
@@ -481,6 +435,80 @@ class _ImageTarget(_Target):
         self.best = results.grid["best"] = best.label if best else None
         results.save(self.out_dir)
         return [] if self.best else failures  # a best setting found: the failed points are reported, not fatal
+
+
+def _parse_env(items: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise UsageError(f"--env {item!r}: give NAME=VALUE, e.g. --env MODEL_PATH=/models/Kimi-K2.5-NVFP4")
+        env[key] = value
+    return env
+
+
+def _modes(given: str | None, known: dict[str, Any]) -> list[str]:
+    """--modes: the image's modes to measure, in order (default: every mode of the image, as its plan lists them)."""
+    if given is None:
+        return list(known)
+    modes = [m.strip() for m in given.split(",") if m.strip()]
+    if not modes:
+        raise UsageError(f"--modes is empty: give e.g. {','.join(known)}")
+    for mode in modes:
+        if mode not in known:
+            raise UsageError(f"--modes {mode!r}: the image knows {', '.join(sorted(known))}" + suggest(mode, known))
+    if len(set(modes)) != len(modes):
+        raise UsageError(f"--modes {given!r}: a mode is listed twice")
+    return modes
+
+
+def _grid(args: argparse.Namespace, modes: list[str], known: dict[str, Any]) -> tuple[str, list[grid.Point]]:
+    """--spec-grid: the draft mode it sweeps and the runnable points of --grid-steps x --grid-topk x --grid-draft."""
+    spec_modes = [m for m in modes if known[m].draft]
+    if not spec_modes:
+        drafted = " or ".join(m for m in known if known[m].draft) or "a mode with a draft model"
+        raise UsageError(f"--spec-grid sweeps EAGLE-3 settings: add {drafted} to --modes")
+    lists = (grid.parse_list(getattr(args, f"grid_{n}"), f"--grid-{n}") for n in ("steps", "topk", "draft"))
+    return spec_modes[0], grid.points(*lists, known[spec_modes[0]].draft_tree)
+
+
+def _open_results(
+    args: argparse.Namespace, held: contextlib.ExitStack, out_dir: Path, labels: list[str], settings: dict[str, Any]
+) -> Results:
+    """--out checked (a directory this user can write bench.json into: found before the first request), locked and
+    read (the labels kept from an earlier run); a mistake leaves no new directory."""
+    created = not out_dir.exists()
+    try:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".bench-probe-"):
+                pass
+        except FileExistsError:
+            raise UsageError(f"--out {out_dir}: not a directory") from None
+        except OSError as exc:
+            raise UsageError(f"--out {out_dir}: cannot write into it ({exc.strerror or exc})") from None
+        for name in ("bench.json", "bench.md", "bench.png"):
+            if (out_dir / name).exists() and not (out_dir / name).is_file():
+                raise UsageError(f"--out {out_dir}: {out_dir / name} is not a file")
+        held.enter_context(writer_lock(out_dir))
+        results = open_results(out_dir, settings, baseline=args.baseline, fresh=args.fresh)
+        present = set(results.labels) | set(labels)
+        if args.min_speedup is not None and (args.baseline not in present or len(present) < 2):
+            raise UsageError(
+                f"--min-speedup needs results for label {args.baseline!r} and another label in {out_dir}; "
+                f"measure {args.baseline!r} first (--label {args.baseline}) or use --image --modes baseline,..."
+            )
+    except UsageError:
+        held.close()  # the lock file goes with the directory
+        if created:
+            with contextlib.suppress(OSError):
+                (out_dir / LOCK_NAME).unlink(missing_ok=True)
+                out_dir.rmdir()
+        raise
+    kept_now = [k for k in results.labels if k not in labels]
+    if kept_now:
+        print(f"bench: keeping {', '.join(kept_now)} from {out_dir / 'bench.json'}", file=sys.stderr)
+    return results
 
 
 def _finish(args: argparse.Namespace, results: Results, out_dir: Path, best: str | None, failures: list[str]) -> int:

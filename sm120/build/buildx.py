@@ -97,9 +97,7 @@ def command(req: BuildRequest) -> list[str]:
 def repository(reference: str) -> str:
     """`registry/name` of an image reference, without its tag or digest."""
     name = reference.split("@", 1)[0]
-    slash = name.rfind("/")
-    colon = name.rfind(":")
-    return name[:colon] if colon > slash else name
+    return name.rpartition(":")[0] if name.rfind(":") > name.rfind("/") else name
 
 
 def pushed_digest(metadata_file: Path) -> str:

@@ -6,7 +6,8 @@ suffice, 1 naming what was found and what the build needs, 2 for bad input (no e
 
 The disk needed is summed over the tracks to build (`--sglang V`, repeatable, or `--every-track`; default: the
 default track): `min_disk_gib` for a track whose image is not in the engine, `min_disk_gib_rebuild` for one whose
-image is (its stages cached), so a warm machine is not refused for a build it mostly holds already.
+image is (its stages cached), so a warm machine is not refused for a build it mostly holds already, and
+`min_disk_gib_bases` once while the profile's base image is not in the engine.
 `--cache-gib N` adds what the same run writes under this tool's cache directory (SGLANG_SM120_CACHE; `./dev test`
 passes what T1's SGLang environments not built yet take), to the engine's need where both share a file system.
 """
@@ -62,9 +63,9 @@ def run(args: argparse.Namespace) -> int:
     import docker.errors
 
     client = docker_client.connect()
-    try:  # `docker info`, and which tracks' images the engine holds already
+    try:  # `docker info`, and which images (the tracks', the base) the engine holds already
         info, built = client.info(), {}
-        for version, tag in tags.items():
+        for version, tag in [*tags.items(), ("", config.profile(profile).base_image)]:
             try:
                 built[version] = client.images.get(tag) is not None
             except docker.errors.ImageNotFound:
@@ -74,8 +75,11 @@ def run(args: argparse.Namespace) -> int:
     free = free_bytes(info["DockerRootDir"])
     # Every shortfall is one clause naming found and needed; a track whose image the engine holds is a rebuild.
     rebuild = needs.min_disk_gib if needs.min_disk_gib_rebuild is None else needs.min_disk_gib_rebuild
-    disk_gib = sum(rebuild if present else needs.min_disk_gib for present in built.values())
-    what = ", ".join(f"{v} ({'a rebuild' if present else 'from nothing'})" for v, present in built.items())
+    bases_gib = 0 if built.pop("") or needs.min_disk_gib_bases is None else needs.min_disk_gib_bases
+    disk_gib = bases_gib + sum(rebuild if present else needs.min_disk_gib for present in built.values())
+    what = ("the bases, " if bases_gib else "") + ", ".join(
+        f"{v} ({'a rebuild' if present else 'from nothing'})" for v, present in built.items()
+    )
     root, memory = info["DockerRootDir"], int(info["MemTotal"]) / GIB
     problems, disk_text = [], "disk not checked"
     cache, cache_gib = cache_home(), args.cache_gib or 0

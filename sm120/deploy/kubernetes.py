@@ -218,8 +218,7 @@ def node_selector(request: Request) -> dict[str, str]:
 
 
 def tolerations(request: Request) -> list[dict[str, str]]:
-    """--toleration KEY[=VALUE][:EFFECT] ... as the pods' tolerations: with a value, Equal; without, Exists; without
-    an effect, every effect of that taint."""
+    """--toleration KEY[=VALUE][:EFFECT] as tolerations: with a value Equal, else Exists; no effect: every effect."""
     out: list[dict[str, str]] = []
     for text in request.toleration:
         rest, colon, effect = text.rpartition(":") if ":" in text else (text, "", "")
@@ -263,8 +262,7 @@ def probes(plan: Plan) -> dict[str, dict[str, Any]]:
 def workload_patch(
     plan: Plan, request: Request, workload: Workload, base: dict[str, Any], secrets: list[tuple[KeyComponent, str, str]]
 ) -> str:
-    """JSON patch operations on the LeaderWorkerSet or the StatefulSet, one a line; `test` guards every position
-    taken from the base."""
+    """The workload's JSON patch operations, one a line; `test` guards every position taken from the base."""
     uid = plan.image.uid
     ops: list[tuple[str, str, Any]] = []
     if workload is GROUP:

@@ -341,10 +341,12 @@ class LocalBases(Strict):
 class BuilderNeeds(Strict):
     """What a machine needs to build one profile's image; `build.py preflight` checks the Docker Engine against it."""
 
-    # Free space under the engine's DockerRootDir for one track's build from nothing, and (when set) for a rebuild
-    # once that track's image is in the engine with its stages cached.
+    # Free space under the engine's DockerRootDir for one track's build from nothing, (when set) for a rebuild once
+    # that track's image is in the engine with its stages cached, and (when set) once more while the profile's base
+    # image is not in the engine (the local bases and the stages every track shares).
     min_disk_gib: float = Field(gt=0)
     min_disk_gib_rebuild: float | None = Field(default=None, gt=0)
+    min_disk_gib_bases: float | None = Field(default=None, gt=0)
     min_memory_gib: float = Field(gt=0)  # the engine's memory (docker info: MemTotal)
 
 

@@ -28,7 +28,7 @@ from sm120.plan import build_args as build_args_format
 from sm120.plan import labels as labels_format
 from sm120.plan import prebuilt
 from sm120.plan import resources as res
-from sm120.plan.config import HEAD_DIMS, Config, ModePresets, Profile, Track
+from sm120.plan.config import HEAD_DIMS, Config, FlashAttnKernels, ModePresets, Profile, Track
 from sm120.plan.config import load as load_config
 from sm120.plan.plan_types import (
     FixupPin,
@@ -46,6 +46,14 @@ from sm120.plan.plan_types import (
 
 def _image_ref(name: str, digest: str | None) -> str:
     return f"{name}@{digest}" if digest else name
+
+
+def _git_revision(config: Config) -> str | None:
+    git = ["git", "-C", str(config.root), "rev-parse", "HEAD"]
+    try:
+        return subprocess.run(git, capture_output=True, text=True, timeout=10, check=True).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def _torch(config: Config, track: Track, profile: Profile) -> tuple[str, str | None, list[str]]:
@@ -72,19 +80,12 @@ def _sgl_kernel(config: Config, track: Track, profile_name: str) -> tuple[SglKer
         kernel = SglKernel(spec.package, spec.version, install, "", "", archs=want, cuda=base_cuda)
     elif install == "wheel":
         assert spec.wheel is not None  # config checks it
-        # The label says what the wheel is: its own version (with its local label, e.g. +cu130), which must be the
-        # track's, and the archs build.toml says it carries; verify's SASS check judges the file itself.
+        # The label says what the wheel is: its own version (with its local label, e.g. +cu130) and the archs
+        # build.toml says it carries; verify's SASS check judges the file itself.
         wheel = spec.wheel
-        name = posixpath.basename(unquote(urlsplit(wheel.url).path))
-        where = f"{config.path.name}: the sgl_kernel.wheel.url of {spec.package} {spec.version}"
-        try:
-            dist, found, _build, _tags = parse_wheel_filename(name)
-        except InvalidWheelFilename:
-            raise UsageError(f"{where}: {name!r} is not a wheel file name") from None
-        if dist != canonicalize_name(spec.package) or found.public != Version(spec.version).public:
-            raise UsageError(f"{where} is a wheel of {dist} {found} ({name}): fix the URL or the version")
+        version = _wheel_version(config, spec.package, spec.version, wheel.url)
         archs = ["sm_" + a for a in wheel.archs]
-        kernel = SglKernel(spec.package, str(found), install, wheel.url, wheel.sha256, archs=archs, cuda=wheel.cuda)
+        kernel = SglKernel(spec.package, version, install, wheel.url, wheel.sha256, archs=archs, cuda=wheel.cuda)
     else:
         archs = ["sm_" + a for a in spec.pypi_archs]
         kernel = SglKernel(spec.package, spec.version, install, "", "", archs=archs, cuda=spec.pypi_cuda)
@@ -96,6 +97,19 @@ def _sgl_kernel(config: Config, track: Track, profile_name: str) -> tuple[SglKer
     return kernel, [stand_in] if kernel.cuda != base_cuda else [], warnings
 
 
+def _wheel_version(config: Config, package: str, version: str, url: str) -> str:
+    """The version in the pinned wheel's file name (0.3.21+cu130), which must be `package` at `version`."""
+    name = posixpath.basename(unquote(urlsplit(url).path))
+    where = f"{config.path.name}: the sgl_kernel.wheel.url of {package} {version}"
+    try:
+        dist, found, _build, _tags = parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        raise UsageError(f"{where}: {name!r} is not a wheel file name") from None
+    if dist != canonicalize_name(package) or found.public != Version(version).public:
+        raise UsageError(f"{where} is a wheel of {dist} {found} ({name}): fix the URL or the version")
+    return str(found)
+
+
 def _build_jobs(max_jobs: int, nvcc_threads: int, compiling: list[str]) -> dict[str, str]:
     """One job budget for the kernel stages that compile at the same time (BuildKit runs them in parallel)."""
     share = max(1, max_jobs // len(compiling))
@@ -104,6 +118,33 @@ def _build_jobs(max_jobs: int, nvcc_threads: int, compiling: list[str]) -> dict[
         "SGL_KERNEL_MAX_JOBS": str(share if "sgl-kernel" in compiling else 1),
         "NVCC_THREADS": str(nvcc_threads),
     }
+
+
+def _flashinfer_jobs(
+    machine: res.Resources, fraction: float, fa_memory: float, fi_prebuilt: dict[str, Any]
+) -> res.Parallelism:
+    """FlashInfer's prebuilt modules compile beside flash-attn, one nvcc thread a job: the rule for compile jobs
+    (resources.parallelism) on the memory flash-attn's jobs leave, per the largest job of the modules chosen."""
+    left = max(0.0, machine.memory_gib * fraction - fa_memory)
+    return res.parallelism(
+        dataclasses.replace(machine, memory_bytes=int(left * res.GIB)),
+        job_memory_gib=prebuilt.job_memory_gib(fi_prebuilt) or 1e-9,  # no module: the CPUs decide
+        memory_fraction=1.0,
+        nvcc_threads_max=1,
+        gencode_targets=1,
+    )  # at least one job: the modules are small beside flash-attn's, and the stage is short
+
+
+def _flash_attn(config: Config, track: Track, kernels: FlashAttnKernels) -> FlashAttn:
+    head_dims = HEAD_DIMS if kernels.head_dims == "all" else sorted(kernels.head_dims)
+    return FlashAttn(
+        version=track.flash_attn,
+        archs=[a.replace(".", "") for a in config.cuda.archs],
+        head_dims=list(head_dims),
+        dtypes=list(kernels.dtypes),
+        backward=kernels.backward,
+        cxx_std=track.cxx_std,
+    )
 
 
 def _patches(config: Config, track: Track, version: str) -> tuple[list[PatchRef], list[SkippedPatch]]:
@@ -229,15 +270,7 @@ def resolve(
     fixups = [
         FixupPin(f.requirement, f.install, f.reason) for f in track.fixups if f.torch_cuda == cuda_major(torch_cuda)
     ]
-    kernels = profile_settings.flash_attn
-    flash_attn = FlashAttn(
-        version=track.flash_attn,
-        archs=[a.replace(".", "") for a in config.cuda.archs],
-        head_dims=list(HEAD_DIMS if kernels.head_dims == "all" else sorted(kernels.head_dims)),
-        dtypes=list(kernels.dtypes),
-        backward=kernels.backward,
-        cxx_std=track.cxx_std,
-    )
+    flash_attn = _flash_attn(config, track, profile_settings.flash_attn)
     patches, skipped = _patches(config, track, version)
 
     figures = config.parallelism
@@ -264,16 +297,7 @@ def resolve(
         profile_settings.flashinfer_prebuilt, track.flashinfer, f"profiles.{profile_name}.flashinfer_prebuilt"
     )
     fa_memory = int(build_jobs["FLASH_ATTN_MAX_JOBS"]) * parallelism.nvcc_threads * job_memory_gib
-    # FlashInfer's prebuilt modules compile beside flash-attn, one nvcc thread a job: the rule for compile jobs on the
-    # memory flash-attn's jobs leave, per the largest job of the modules chosen.
-    left = max(0.0, machine.memory_gib * figures.memory_fraction - fa_memory)
-    fi_jobs = res.parallelism(
-        dataclasses.replace(machine, memory_bytes=int(left * res.GIB)),
-        job_memory_gib=prebuilt.job_memory_gib(fi_prebuilt) or 1e-9,  # no module: the CPUs decide
-        memory_fraction=1.0,
-        nvcc_threads_max=1,
-        gencode_targets=1,
-    )  # at least one job: the modules are small beside flash-attn's, and the stage is short
+    fi_jobs = _flashinfer_jobs(machine, figures.memory_fraction, fa_memory, fi_prebuilt)
     build_jobs["FLASHINFER_MAX_JOBS"] = str(min(fi_jobs.max_jobs, max_jobs or fi_jobs.max_jobs))
 
     plan = Plan(
@@ -320,14 +344,9 @@ def resolve(
         flashinfer_prebuilt=fi_prebuilt,
         warnings=warnings,
     )
-    git = ["git", "-C", str(config.root), "rev-parse", "HEAD"]
-    try:
-        revision = subprocess.run(git, capture_output=True, text=True, timeout=10, check=True).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        revision = None
     # The formats written from the plan itself, each by its own module.
     return dataclasses.replace(
         plan,
-        labels=labels_format.write(plan, config.project, tag_version, revision),
+        labels=labels_format.write(plan, config.project, tag_version, _git_revision(config)),
         build_args=build_args_format.write(plan),
     )

@@ -84,10 +84,10 @@ def run_containers(engine: docker.DockerClient, run_id: str | None = None) -> li
     return engine.api.containers(all=True, filters={"label": label})
 
 
-def remove_run(engine: docker.DockerClient, run_id: str, *, settle_s: float = 0.0, limit_s: float = 60.0) -> list[str]:
+def remove_run(engine: docker.DockerClient, run_id: str, *, settle_s: float = 0.0) -> list[str]:
     """Remove every container of a run with its anonymous volumes; returns the names removed (empty when the suite
     cleaned up itself). After an interruption, pass `settle_s` (image_plan.remove_labelled says why)."""
-    return image_plan.remove_labelled(engine, f"{run_label()}={run_id}", settle_s=settle_s, limit_s=limit_s)
+    return image_plan.remove_labelled(engine, f"{run_label()}={run_id}", settle_s=settle_s)
 
 
 def copy_out(container: Container, path: str, dest: Path) -> Path:
@@ -117,6 +117,5 @@ def copy_in(container: Container, files: Mapping[str, bytes | str], directory: s
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.uid, info.gid = len(data), 0o644, uid, uid
             tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
     if not container.put_archive(directory, buf.getvalue()):
         raise RuntimeError(f"could not copy files into {container.name}:{directory}")

@@ -193,10 +193,8 @@ def needed(path: Path) -> list[str]:
 
     try:
         with open(path, "rb") as handle:
-            dynamic = ELFFile(handle).get_section_by_name(".dynamic")
-            if dynamic is None:
-                return []
-            return [tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
+            dyn = ELFFile(handle).get_section_by_name(".dynamic")
+            return [t.needed for t in dyn.iter_tags() if t.entry.d_tag == "DT_NEEDED"] if dyn is not None else []
     except ELFError as exc:
         raise RuntimeError(f"{path.name} is not an ELF file ({exc})") from None
 
@@ -215,8 +213,7 @@ def toolkit_notes(path: Path, scratch: Path, tool: str | None = None) -> list[st
     listing = _run(tool, "--list-elf", str(path)).stdout
     first: dict[str, str] = {}
     for line in listing.splitlines():
-        m = _CUBIN.search(line.strip())
-        if m and ":" in line:
+        if (m := _CUBIN.search(line.strip())) and ":" in line:
             first.setdefault(m.group(1), line.split(":", 1)[1].strip())
     notes: set[str] = set()
     for cubin in first.values():

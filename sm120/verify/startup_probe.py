@@ -297,9 +297,8 @@ def task_registry(job: dict[str, Any]) -> dict[str, Any]:
         out["archs"] = sorted(ModelRegistry.get_supported_archs())
     except BaseException as exc:
         out["error"] = failure(exc)
-    warnings = [f"{r.name}: {_oneline(r.getMessage(), 600)}" for r in handler.buffer]
     ignored = re.compile(r"Ignore import error when loading (sglang\.srt\.models\.[\w.]+): (.*)")
-    dropped = dict(m.groups() for line in warnings if (m := ignored.search(line)))
+    dropped = dict(m.groups() for r in handler.buffer if (m := ignored.search(_oneline(r.getMessage(), 600))))
     for module in sorted(dropped):  # import again, apart, for the traceback the registry's warning leaves out
         try:
             importlib.import_module(module)

@@ -138,16 +138,22 @@ def test_every_track_is_summed_and_an_image_already_built_needs_only_a_rebuild(t
     (its stages cached) needs min_disk_gib_rebuild, so a warm machine is not refused a build it mostly has."""
     offline = needs("offline")
     assert offline.min_disk_gib_rebuild is not None and offline.min_disk_gib_rebuild < offline.min_disk_gib
+    assert offline.min_disk_gib_bases is not None
     config = cfg.load(ROOT / "build.toml")
     tracks = sorted(config.tracks)
-    cold = offline.min_disk_gib * len(tracks)
+    cold = offline.min_disk_gib_bases + offline.min_disk_gib * len(tracks)  # the bases too: the engine is empty
     client = engine_with(tmp_path, memory_gib=64, free_gib=cold - 1)
     assert cli.main(["preflight", "--profile", "offline", "--every-track"]) == 1
     err = capsys.readouterr().err
+    assert f"build of the bases, {tracks[0]} (from nothing)" in err
     assert f"needs {cold:g} GiB" in err and all(f"{v} (from nothing)" in err for v in tracks)
     from sm120.plan import resolve as planmod
 
-    client.present = {planmod.resolve(config, profile="offline", sglang=v).tags[0] for v in tracks}
+    client.present = {config.profile("offline").base_image}  # the bases made (`./dev build`), no track yet
+    assert cli.main(["preflight", "--profile", "offline", "--every-track"]) == 0
+    out = capsys.readouterr().out
+    assert f"needs {offline.min_disk_gib * len(tracks):g})" in out and "bases" not in out
+    client.present |= {planmod.resolve(config, profile="offline", sglang=v).tags[0] for v in tracks}
     assert cli.main(["preflight", "--profile", "offline", "--every-track"]) == 0
     out = capsys.readouterr().out
     assert f"needs {offline.min_disk_gib_rebuild * len(tracks):g})" in out and "(a rebuild)" in out
@@ -160,12 +166,12 @@ def test_what_the_run_writes_under_the_cache_counts_with_the_builds_on_one_file_
     """`./dev test` passes --cache-gib for T1's venvs not built yet: on the engine's file system they are added to
     the builds' need, and the line names both."""
     monkeypatch.setenv("SGLANG_SM120_CACHE", str(tmp_path / "cache"))  # not made yet: its parent's file system
-    builds = needs("offline").min_disk_gib
+    builds = needs("offline").min_disk_gib + (needs("offline").min_disk_gib_bases or 0)  # an empty engine
     engine_with(tmp_path, memory_gib=64, free_gib=builds + 15)
     assert cli.main(["preflight", "--profile", "offline", "--cache-gib", "16"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == (
-        f"build.py preflight: failed: found {builds + 15:.1f} GiB free on {tmp_path}, the offline build of 0.5.23 "
+        f"build.py preflight: failed: found {builds + 15:.1f} GiB free on {tmp_path}, the offline build of the bases, 0.5.23 "
         f"(from nothing) needs {builds:g} GiB and 16 GiB more under {tmp_path / 'cache'} (--cache-gib)"
     )
     engine_with(tmp_path, memory_gib=64, free_gib=builds + 16)
@@ -178,7 +184,7 @@ def test_a_cache_on_another_file_system_is_checked_on_its_own(tmp_path, engine_w
     if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev:
         pytest.skip("needs a second file system: /dev/shm (tmpfs) is absent or shares the temporary directory's")
     monkeypatch.setenv("SGLANG_SM120_CACHE", str(other / "sm120-cache-not-made"))
-    builds = needs("offline").min_disk_gib
+    builds = needs("offline").min_disk_gib + (needs("offline").min_disk_gib_bases or 0)  # an empty engine
     engine_with(tmp_path, memory_gib=64, free_gib=builds)  # free_bytes answers the same for both paths
     assert cli.main(["preflight", "--profile", "offline", "--cache-gib", str(builds + 1)]) == 1
     err = capsys.readouterr().err.strip()

@@ -3,6 +3,7 @@ on stderr (at most three), never a traceback."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -13,6 +14,35 @@ from typing import Any
 from . import cli, errors, launch, machine, report
 from .errors import SweepError
 from .report import ENV, Row
+
+
+def _header(options: argparse.Namespace, plan: machine.Plan, log: list[str], path: str) -> list[str]:
+    cap = f"{plan.capability[0]}.{plan.capability[1]}"
+    answered = plan.answered_capability
+    told = f"; the communicator was told {answered}" if answered != plan.capability[0] else ""
+    where = f"capability {answered}, world size {plan.world_size}"
+    kernels = {  # which kernel SGLang's communicator ran (worker.symm_mem_path), and why
+        report.MULTIMEM: f"multimem (multimem_all_reduce_ over NVLink multicast: SGLang selects it at {where}), not "
+        "two-shot; sm_120 takes two-shot, which --capability 12 measures",
+        report.TWO_SHOT: f"two-shot (two_shot_all_reduce_: SGLang's kernel at {where})",
+    }
+    gpus = f"{plan.world_size} x {plan.gpus[0]}" if len(set(plan.gpus)) == 1 else ", ".join(plan.gpus)
+    lines = [
+        f"all-reduce sweep: SGLang {plan.sglang}'s TorchSymmMemCommunicator against NCCL, bf16, TP {plan.world_size}, "
+        + ("inside CUDA graphs" if options.cuda_graph else "eager"),
+        f"GPUs: {gpus} (capability {cap}{told})",
+        *(f"communicator: {re.sub(r'^[A-Z]+: (TorchSymmMemCommunicator: )?', '', m)}" for m in log if ENV not in m),
+        f"path: {kernels.get(path, path)}",
+        f"(the sweep sets {ENV} for its own communicator, so that every size it measures takes {path})",
+        f"timings: median of {options.repeats} repeats after {options.warmup} warm-up, the slowest rank's; "
+        "a repeat runs several all-reduces back to back (1 to 64, fewer for larger messages)",
+    ]
+    if plan.capability[0] != 12:
+        lines.append(
+            f"note: these GPUs are capability {cap}, not sm_120 (12.x): the figures are theirs, not an sm_120 "
+            "card's over PCIe"
+        )
+    return lines
 
 
 def run(
@@ -34,33 +64,9 @@ def run(
     rows, log = [Row(**r) for r in results[0]["rows"]], results[0].get("log", [])
     path = report.path_of(rows)
     advice = report.advise(rows, plan.world_size, plan.builtin_limit)
-    cap = f"{plan.capability[0]}.{plan.capability[1]}"
-    answered = plan.answered_capability
-    told = f"; the communicator was told {answered}" if answered != plan.capability[0] else ""
-    where = f"capability {answered}, world size {plan.world_size}"
-    kernels = {  # which kernel SGLang's communicator ran (worker.symm_mem_path), and why
-        report.MULTIMEM: f"multimem (multimem_all_reduce_ over NVLink multicast: SGLang selects it at {where}), not "
-        "two-shot; sm_120 takes two-shot, which --capability 12 measures",
-        report.TWO_SHOT: f"two-shot (two_shot_all_reduce_: SGLang's kernel at {where})",
-    }
-    gpus = f"{plan.world_size} x {plan.gpus[0]}" if len(set(plan.gpus)) == 1 else ", ".join(plan.gpus)
-    out = [
-        f"all-reduce sweep: SGLang {plan.sglang}'s TorchSymmMemCommunicator against NCCL, bf16, TP {plan.world_size}, "
-        + ("inside CUDA graphs" if options.cuda_graph else "eager"),
-        f"GPUs: {gpus} (capability {cap}{told})",
-        *(f"communicator: {re.sub(r'^[A-Z]+: (TorchSymmMemCommunicator: )?', '', m)}" for m in log if ENV not in m),
-        f"path: {kernels.get(path, path)}",
-        f"(the sweep sets {ENV} for its own communicator, so that every size it measures takes {path})",
-        f"timings: median of {options.repeats} repeats after {options.warmup} warm-up, the slowest rank's; "
-        "a repeat runs several all-reduces back to back (1 to 64, fewer for larger messages)",
-    ]
-    if plan.capability[0] != 12:
-        out.append(
-            f"note: these GPUs are capability {cap}, not sm_120 (12.x): the figures are theirs, not an sm_120 "
-            "card's over PCIe"
-        )
-    out += ["", report.table(rows), ""]
-    if bad := [r for r in rows if not r.sums_ok]:
+    out = [*_header(options, plan, log, path), "", report.table(rows), ""]
+    bad = [r for r in rows if not r.sums_ok]
+    if bad:
         out.append(f"SUMS DIFFER at {', '.join(report.human(r.size) for r in bad)}: {path}'s sum is not NCCL's")
     else:
         out += advice.lines

@@ -58,6 +58,26 @@ def secrets(environ: Mapping[str, str], sglang_args: Iterable[str]) -> list[str]
     return found
 
 
+def refuse_on_command_line(cmd: Command) -> None:
+    """--api-key, --admin-api-key, or a prefix argparse could take for one, in any layer: exit 2 without the value."""
+    for item in [*cmd.base, *cmd.extra, *cmd.user]:
+        name = item.tokens[0].split("=", 1)[0]
+        options = read_as(name)
+        if not options:
+            continue
+        if name in options:
+            read = ""
+        elif len(options) == 1:
+            read = f" (argparse reads it as {options[0]})"
+        else:
+            read = f" (argparse may read it as {' or '.join(options)})"
+        where = WHERE.get(item.source, f"in {item.source}")
+        raise UsageError(
+            f"{name} ({where}): a key on a command line ends up in shell histories, CI logs and `ps`{read}",
+            HINT.format(variable=" or ".join(v for v, option in FILES.items() if option in options)),
+        )
+
+
 # What SGLang refuses with an API key, or leaves unprotected, found now rather than after the model load:
 # the option -> (what is wrong, the hint).
 INCOMPATIBLE = {
@@ -81,21 +101,7 @@ def apply(
 ) -> dict[str, str] | None:
     """The key files into `--admin-api-key MASK` and `--api-key MASK` (last; docs/security.md), or a warning: no API key
     beyond loopback (not where a --config may hold one). None without a key file, else the launcher's environment."""
-    for item in [*cmd.base, *cmd.extra, *cmd.user]:  # a key option or a prefix argparse could take for one: exit 2
-        name = item.tokens[0].split("=", 1)[0]
-        if not (options := read_as(name)):
-            continue
-        if name in options:
-            read = ""
-        elif len(options) == 1:
-            read = f" (argparse reads it as {options[0]})"
-        else:
-            read = f" (argparse may read it as {' or '.join(options)})"
-        where = WHERE.get(item.source, f"in {item.source}")
-        raise UsageError(
-            f"{name} ({where}): a key on a command line ends up in shell histories, CI logs and `ps`{read}",
-            HINT.format(variable=" or ".join(v for v, option in FILES.items() if option in options)),
-        )
+    refuse_on_command_line(cmd)
     files: dict[str, key_file.ApiKey] = {}  # variable -> key
     for variable in FILES:
         path = (environ.get(variable) or "").strip()  # empty counts as unset
