@@ -81,8 +81,7 @@ def build_parser() -> Parser:
     parser = Parser(prog="build.py", description=__doc__)
     version = re.findall(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)[0]
     parser.add_argument("--version", action="version", version=f"build.py {version}", help="print the version")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.register(sub)
     return parser
@@ -156,17 +155,14 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except (UsageError, CheckFailed) as exc:
-        word = "error" if isinstance(exc, UsageError) else "failed"
-        print(f"build.py {args.command}: {word}: {exc}", file=sys.stderr)
-        return exc.exit_code
+        line, code = f"{'error' if isinstance(exc, UsageError) else 'failed'}: {exc}", exc.exit_code
     except KeyboardInterrupt as exc:  # Ctrl-C; SIGTERM where a command turns it into one (exit 143)
-        print(f"build.py {args.command}: {getattr(exc, 'what', 'interrupted')}", file=sys.stderr)
-        return int(getattr(exc, "exit_code", 130))
+        line, code = getattr(exc, "what", "interrupted"), int(getattr(exc, "exit_code", 130))
     except ModuleNotFoundError as exc:  # a third-party package this command needs (the docker SDK, say)
         if str(exc.name).startswith("sm120"):
             raise
-        print(f"build.py {args.command}: error: {missing_package(exc)}", file=sys.stderr)
-        return 2
+        line, code = f"error: {missing_package(exc)}", 2
     except RecursionError:  # an input (a TOML or JSON file) nested beyond reason
-        print(f"build.py {args.command}: error: an input file is nested too deeply to read", file=sys.stderr)
-        return 2
+        line, code = "error: an input file is nested too deeply to read", 2
+    print(f"build.py {args.command}: {line}", file=sys.stderr)
+    return code

@@ -42,10 +42,9 @@ def cache_root() -> Path:
     return cache_home() / "pypi"
 
 
-def parse_version(text: str, option: str = "--sglang") -> Version:
-    if (version := _parsed(text)) is None:
+def parse_version(text: str, option: str = "--sglang") -> None:
+    if _parsed(text) is None:
         raise UsageError(f"{option} {text!r} is not a version (like 0.5.9)")
-    return version
 
 
 @dataclass(frozen=True)
@@ -151,11 +150,7 @@ def _parsed(text: str) -> Version | None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def write(path: Path, data: bytes) -> None:

@@ -29,7 +29,6 @@ from pydantic import (
 from sm120.errors import UsageError, suggest
 from sm120.image.entrypoint import errors as entrypoint_errors
 from sm120.image.entrypoint.assemble import INTEGERS
-from sm120.image.entrypoint.errors import long_number
 from sm120.image.entrypoint.options import check_preset
 from sm120.image.entrypoint.spec import CONDITIONS, draft_tree_most
 from sm120.plan import ROOT, tomllib
@@ -385,9 +384,6 @@ class PatchVariant(Strict):
     versions: VersionRange
     file: str
 
-    def matches(self, version: str) -> bool:
-        return in_range(self.versions, version)
-
 
 class Patch(Strict):
     component: Literal["sglang", "flash-attn"]
@@ -398,7 +394,7 @@ class Patch(Strict):
     variants: list[PatchVariant] = Field(min_length=1)
 
     def variant_for(self, version: str) -> PatchVariant | None:
-        return next((v for v in self.variants if v.matches(version)), None)
+        return next((v for v in self.variants if in_range(v.versions, version)), None)
 
     @property
     def upstream_checks(self) -> list[UpstreamCheck]:
@@ -560,7 +556,7 @@ def load(path: Path | str | None = None, *, text: str | None = None) -> Config:
     except ValidationError as exc:
         raise UsageError(_one_line(path, exc)) from None
     except ValueError as exc:  # a number longer than int() converts: tomllib raises a bare ValueError
-        raise UsageError(f"{path}: {long_number(text) or str(exc)[:120]}") from None
+        raise UsageError(f"{path}: {entrypoint_errors.long_number(text) or str(exc)[:120]}") from None
     except RecursionError:
         raise UsageError(f"{path}: nested too deeply to be a build.toml") from None
     _check_references(config)
@@ -613,13 +609,12 @@ def _resolve_tracks(config: Config) -> dict[str, Track]:
     that holds for no track, two entries that claim one thing (a rule's name, a flag, a path) for one track, or two
     variants of one patch for one track are errors."""
     name = config.path.name
-    tracks = ", ".join(sorted(config.tracks, key=Version))
     for key in RULES:
         for i, entry in enumerate(getattr(config, key)):
             if not any(entry.holds_for(version) for version in config.tracks):
                 raise UsageError(
-                    f"{name}: {key}.{i}.sglang = {entry.sglang!r} holds for no track (tracks: {tracks}): "
-                    "widen the range, or remove the entry"
+                    f"{name}: {key}.{i}.sglang = {entry.sglang!r} holds for no track "
+                    f"{_choices('tracks', config.tracks, '')}: widen the range, or remove the entry"
                 )
     resolved = {}
     for version, track in config.tracks.items():
@@ -638,7 +633,7 @@ def _resolve_tracks(config: Config) -> dict[str, Track]:
             rules[key] = [entry for _, entry in taken]
         for patch_name, patch in config.patches.items():
             of = version if patch.component == "sglang" else track.flash_attn
-            both = [str(i) for i, variant in enumerate(patch.variants) if variant.matches(of)]
+            both = [str(i) for i, variant in enumerate(patch.variants) if in_range(variant.versions, of)]
             if len(both) > 1:
                 raise UsageError(
                     f"{name}: patches.{patch_name}.variants.{' and .'.join(both)} hold for {patch.component} {of} "

@@ -118,23 +118,21 @@ def parallelism(
     gencode_targets: int,
     max_jobs_override: int | None = None,
 ) -> Parallelism:
-    """max_jobs x nvcc_threads compile processes, each needing job_memory_gib, within memory_fraction.
-
-    nvcc --threads only parallelises across -gencode targets, so it is capped by their number; each
-    thread runs its own cicc/ptxas, so one job's memory grows with it.
-    """
+    """max_jobs x nvcc_threads compile processes, each needing job_memory_gib, within memory_fraction. nvcc --threads
+    only parallelises across -gencode targets, so it is capped by their number; each thread runs its own cicc/ptxas,
+    so one job's memory grows with it."""
     nvcc_threads = max(1, min(nvcc_threads_max, gencode_targets))
     per_job = job_memory_gib * nvcc_threads
     budget = resources.memory_gib * memory_fraction
     by_cpu = max(1, resources.cpus // nvcc_threads)
     ratio = budget / per_job  # a tiny per-job figure gives inf: no more jobs than CPUs are used anyway
     by_memory = math.floor(ratio) if math.isfinite(ratio) and ratio < (1 << 30) else 1 << 30
-    warning = None
-    if by_memory < 1:
-        warning = (
-            f"one compile job may need {per_job:.1f} GiB, more than {memory_fraction:.0%} of "
-            f"{resources.memory_gib:.1f} GiB: the build may be killed for memory"
-        )
+    warning = (
+        f"one compile job may need {per_job:.1f} GiB, more than {memory_fraction:.0%} of "
+        f"{resources.memory_gib:.1f} GiB: the build may be killed for memory"
+        if by_memory < 1
+        else None
+    )
     jobs = max(1, min(by_cpu, by_memory))
     limiter = "CPUs" if by_cpu <= by_memory else "memory"
     reason = (

@@ -73,9 +73,8 @@ def member(wheel: pypi.WheelFile, name: str, *, progress: Callable[[str], None] 
         record = _cached_record(wheel)
         if target.is_file() and record.get(name) == f"sha256={_digest(target.read_bytes())}":
             return target
-        for refreshed in (False, True):
-            if refreshed:
-                record = _cached_record(wheel, refresh=True)
+        for refresh in (False, True):
+            record = _cached_record(wheel, refresh=True) if refresh else record
             if name not in record:
                 raise CheckFailed(f"{wheel.filename} has no member {name!r} (its RECORD does not list it)")
             if progress:

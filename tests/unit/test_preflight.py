@@ -171,8 +171,8 @@ def test_what_the_run_writes_under_the_cache_counts_with_the_builds_on_one_file_
     assert cli.main(["preflight", "--profile", "offline", "--cache-gib", "16"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == (
-        f"build.py preflight: failed: found {builds + 15:.1f} GiB free on {tmp_path}, the offline build of the bases, 0.5.23 "
-        f"(from nothing) needs {builds:g} GiB and 16 GiB more under {tmp_path / 'cache'} (--cache-gib)"
+        f"build.py preflight: failed: found {builds + 15:.1f} GiB free on {tmp_path}, the offline build of the bases, "
+        f"0.5.23 (from nothing) needs {builds:g} GiB and 16 GiB more under {tmp_path / 'cache'} (--cache-gib)"
     )
     engine_with(tmp_path, memory_gib=64, free_gib=builds + 16)
     assert cli.main(["preflight", "--profile", "offline", "--cache-gib", "16"]) == 0
