@@ -15,6 +15,7 @@ std=17
 # C++17 or C++20: the torch headers decide (torch >= 2.13's ATen requires C++20). Python.h is needed too.
 torch_inc=$(python3 -c "import sysconfig, torch.utils.cpp_extension as c; \
 print(' '.join('-I' + p for p in [*c.include_paths(), sysconfig.get_paths()['include']]))")
+# shellcheck disable=SC2086  # $torch_inc is several -I flags: split on purpose
 if ! echo '#include <torch/extension.h>' | g++ -std=c++17 -fsyntax-only -x c++ $torch_inc - 2>"$out/cxx17-probe.txt"; then
     std=20
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stress the suite's timing-sensitive tests (signals sent while a program is mid-run: bench, verify, build, the
-# entrypoint under tini) on a loaded machine: one busy loop per CPU, then the tests N times in a plain loop,
-# stopping at the first failure. A test that passes here does not depend on the machine's speed.
+# entrypoint under tini, ./dev test's T2 lanes) on a loaded machine: one busy loop per CPU, then the tests N times in
+# a plain loop, stopping at the first failure. A test that passes here does not depend on the machine's speed.
 #
 #   tests/stress_timing.sh [N] [PYTEST_ARGS...]    # N: rounds, default 50; the tests: the list below by default
 #

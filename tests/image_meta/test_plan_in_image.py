@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.image, pytest.mark.docker]
 TRACKS = sorted(cfg.load().tracks, key=Version)
 
 
+@pytest.mark.every_track
 @pytest.mark.parametrize("version", TRACKS)
 def test_the_images_plan_is_the_hosts_plan_byte_for_byte(dc, version: str):
     import docker

@@ -106,6 +106,7 @@ def _verify(tag: str, select: str) -> tuple[int, str, str, float]:
 
 
 @needs_image
+@pytest.mark.every_track
 def test_cudnn_older_than_9_15_with_torch_2_9_1_fails_verify_naming_the_gate(dc, derived, reference_image):
     expect = labels.parse(dc.images.get(reference_image).labels)
     if Version(expect.torch).release[:3] != (2, 9, 1):
@@ -126,6 +127,7 @@ def test_cudnn_older_than_9_15_with_torch_2_9_1_fails_verify_naming_the_gate(dc,
 
 
 @needs_image
+@pytest.mark.every_track
 def test_an_image_without_flash_ops_fails_verify_naming_the_importing_module(dc, derived, reference_image):
     found = in_image(dc, reference_image, "find /opt/venv -path '*/sgl_kernel/flash_ops*.so' | head -1")
     # Without it already (a source build of sgl-kernel without FA3), the image itself is the case.

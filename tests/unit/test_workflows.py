@@ -738,3 +738,13 @@ def test_stop_lanes_ends_a_background_pytest_with_its_teardown(tmp_path):
     (line,) = (tmp_path / "phases.tsv").read_text(encoding="utf-8").splitlines()
     name, _seconds, _free, lane, rc = line.split("\t")
     assert (name, lane) == ("blocked", "t2") and rc == "2", line  # pytest's exit status when interrupted
+
+
+def test_shellcheck_finds_nothing_in_the_scripts_a_person_runs():
+    """./dev (the README's two commands), the benchmark scripts and the stress script: shellcheck's every level."""
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    if not shellcheck.exists():
+        pytest.fail("shellcheck is not installed: pip install -r requirements-dev.txt (./dev test does)")
+    scripts = [ROOT / "dev", ROOT / "tests" / "stress_timing.sh", *sorted((ROOT / "benchmarks").glob("*.sh"))]
+    proc = subprocess.run([str(shellcheck), *map(str, scripts)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
