@@ -63,19 +63,22 @@ def run(args: argparse.Namespace) -> int:
     import docker.errors
 
     client = docker_client.connect()
+
+    def held(tag: str) -> bool:
+        try:
+            return client.images.get(tag) is not None
+        except docker.errors.ImageNotFound:
+            return False
+
     try:  # `docker info`, and which images (the tracks', the base) the engine holds already
-        info, built = client.info(), {}
-        for version, tag in [*tags.items(), ("", config.profile(profile).base_image)]:
-            try:
-                built[version] = client.images.get(tag) is not None
-            except docker.errors.ImageNotFound:
-                built[version] = False
+        info, built = client.info(), {version: held(tag) for version, tag in tags.items()}
+        bases_held = held(config.profile(profile).base_image)
     finally:
         client.close()
     free = free_bytes(info["DockerRootDir"])
     # Every shortfall is one clause naming found and needed; a track whose image the engine holds is a rebuild.
     rebuild = needs.min_disk_gib if needs.min_disk_gib_rebuild is None else needs.min_disk_gib_rebuild
-    bases_gib = 0 if built.pop("") or needs.min_disk_gib_bases is None else needs.min_disk_gib_bases
+    bases_gib = 0 if bases_held or needs.min_disk_gib_bases is None else needs.min_disk_gib_bases
     disk_gib = bases_gib + sum(rebuild if present else needs.min_disk_gib for present in built.values())
     what = ("the bases, " if bases_gib else "") + ", ".join(
         f"{v} ({'a rebuild' if present else 'from nothing'})" for v, present in built.items()

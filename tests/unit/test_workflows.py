@@ -8,6 +8,7 @@ wheels); actionlint lints every `run:` script with shellcheck.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -646,17 +647,20 @@ def test_the_hidden_upload_check_sees_hidden_paths():
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _dev_functions(*names: str) -> str:
+    """The named shell functions of ./dev itself, as its text has them (a harness runs the real code)."""
+    text = (ROOT / "dev").read_text(encoding="utf-8")
+    found = [re.search(rf"^{name}\(\) {{.*?(?:\n}}|}}$)", text, re.M | re.S) for name in names]
+    assert all(found), f"dev has {', '.join(names)}"
+    return "\n".join(m[0] for m in found if m)
+
+
 def _dev_test_without_t2(tmp_path: Path, t0_t1_passes: bool) -> subprocess.CompletedProcess[str]:
     """`dev`'s test_without_t2 (with say and die), run with ruff/T0/T1 stubbed to pass or fail."""
-    text = (ROOT / "dev").read_text(encoding="utf-8")
-    functions = [
-        re.search(rf"^{name}\(\) {{.*?(?:\n}}|}}$)", text, re.M | re.S) for name in ("say", "die", "test_without_t2")
-    ]
-    assert all(functions), "dev has say, die and test_without_t2"
     script = tmp_path / "harness.sh"
     script.write_text(
         "set -euo pipefail\n"
-        + "\n".join(m[0] for m in functions if m)
+        + _dev_functions("say", "die", "test_without_t2")
         + f"\nruff_t0_t1() {{ echo ruff-t0-t1-ran; {'true' if t0_t1_passes else 'false'}; }}\n"
         + 'test_without_t2 "build.py preflight: failed: found 14.2 GiB free, the offline build needs 80 GiB"\n'
         + "echo reached-after\n",
@@ -701,7 +705,7 @@ import pytest
 @pytest.fixture
 def held():
     out = pathlib.Path(__file__).parent
-    (out / "ready").write_text("")
+    (out / "ready").write_text("ready")  # a FIFO: the harness reads it, then stops the lane
     yield
     (out / "torn-down").write_text("")
 
@@ -715,21 +719,18 @@ def test_stop_lanes_ends_a_background_pytest_with_its_teardown(tmp_path):
     its own; when ./dev test ends early (T0 failed, Ctrl-C), stop_lanes sends SIGTERM to that session, and the suites'
     conftest makes it stop pytest as Ctrl-C does: fixtures torn down (no container or derived image outlives it),
     the step's exit status recorded. The test blocks until the signal comes (no timing to outrun)."""
-    text = (ROOT / "dev").read_text(encoding="utf-8")
-    names = ("lane_step", "stop_lanes", "lanes_running", "disk_free")
-    functions = [re.search(rf"^{name}\(\) {{.*?(?:\n}}|}}$)", text, re.M | re.S) for name in names]
-    assert all(functions), f"dev has {', '.join(names)}"
     (tmp_path / "test_blocked.py").write_text(_BLOCKED_TEST, encoding="utf-8")
+    os.mkfifo(tmp_path / "ready")
     script = tmp_path / "harness.sh"
     script.write_text(
         "set -uo pipefail\n"
-        + "\n".join(m[0] for m in functions if m)
+        + _dev_functions("lane_step", "stop_lanes", "lanes_running", "disk_free")
         + f"\nhere={shlex.quote(str(tmp_path))} phase_file={shlex.quote(str(tmp_path / 'phases.tsv'))}"
         + f"\nlanes_dir=$(mktemp -d)\ncd {shlex.quote(str(ROOT))}"
         + f"\n( lane_step t2 blocked {shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider -p tests.conftest"
         + f" --rootdir {shlex.quote(str(tmp_path))} {shlex.quote(str(tmp_path / 'test_blocked.py'))} ) &"
         + "\nlanes_pid=$!"
-        + f"\nwhile [ ! -e {shlex.quote(str(tmp_path / 'ready'))} ] && kill -0 $lanes_pid; do sleep 0.1; done"
+        + f"\nread -r _ < {shlex.quote(str(tmp_path / 'ready'))}"  # the fixture's line: the test is blocked now
         + "\nstop_lanes\nwait\n",
         encoding="utf-8",
     )
