@@ -137,16 +137,13 @@ FROM devel AS jit-toolchain
 COPY docker/stages/jit-toolchain.sh /opt/build/
 RUN bash /opt/build/jit-toolchain.sh collect /usr/local/cuda /opt/jit/cuda
 
-# ---- overlay: what changes more often than the venv (the patched SGLang sources, plan.json, sm120/image/, the
+# ---- overlay: what changes more often than the venv (the patched SGLang sources, sm120/image/, the
 # entrypoint script and FlashInfer's prebuilt modules), gathered so that the runtime stage adds it as one layer on top of the venv: a patch or
 # entrypoint edit re-exports one small layer instead of several (each new layer costs a diff on some drivers).
 FROM scratch AS overlay
 ARG PYTHON_VERSION
-ARG PLAN_JSON
-ARG PLAN_DIR
 COPY --from=patched /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/ \
      /opt/venv/lib/python${PYTHON_VERSION}/site-packages/sglang/
-COPY ${PLAN_DIR}/plan.json ${PLAN_JSON}
 COPY docker/entrypoint.py /opt/sglang-sm120/entrypoint.py
 COPY --from=patched /opt/sglang-sm120/sm120/ /opt/sglang-sm120/sm120/
 COPY --from=flashinfer-prebuilt /opt/prebuilt/ /opt/venv/lib/python${PYTHON_VERSION}/site-packages/flashinfer/data/aot/
@@ -183,6 +180,11 @@ RUN --mount=type=bind,from=kernels,source=/opt/venv,target=/mnt/venv \
     --mount=type=bind,source=docker/stages/venv_copy.py,target=/mnt/venv_copy.py \
     python3 /mnt/venv_copy.py /mnt/venv /opt/venv "lib/python${PYTHON_VERSION}/site-packages"
 COPY --from=overlay / /
+# plan.json names the commit (its labels' revision), so every commit changes it: a layer of its own, last, so that a
+# commit re-exports this small file and not the overlay.
+ARG PLAN_DIR
+ARG PLAN_JSON
+COPY ${PLAN_DIR}/plan.json ${PLAN_JSON}
 # FLASHINFER_CUBINS_REPOSITORY: FlashInfer fetches a missing cubin (TRT-LLM kernels, sm_100 only) from there; a
 # directory of the image's own that holds none keeps it off the network (sm120/verify/suite/test_slim.py).
 ENV VIRTUAL_ENV=/opt/venv \
