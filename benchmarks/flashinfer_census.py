@@ -41,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sm120.errors import say  # noqa: E402
 from sm120.plan import tomllib  # noqa: E402 (standard library only: runs where pydantic is absent)
 from sm120.plan.prebuilt import CENSUS  # noqa: E402
 
@@ -139,7 +140,6 @@ def memory_summary(sampler: Any) -> dict[str, Any]:
         for p in sampler.procs.values()
         if p["kind"] is not None
     ]
-    jobs = sorted(sampler.jobs.values(), key=lambda j: -j["peak_rss"])
     return {
         "peak_total_rss_gib": round(sampler.peak_total / GIB, 1),
         "peak_processes": sampler.peak_procs,
@@ -154,7 +154,7 @@ def memory_summary(sampler: Any) -> dict[str, Any]:
                 "peak_rss_gib": round(j["peak_rss"] / GIB, 2),
                 "wall_s": round(j["last"] - j["first"]),
             }
-            for j in jobs[:8]
+            for j in sorted(sampler.jobs.values(), key=lambda j: -j["peak_rss"])[:8]
         ],
     }
 
@@ -189,8 +189,7 @@ def build_one(entry: dict[str, Any], deadline: float | None) -> dict[str, Any]:
     except Exception as exc:
         result.update(status="gen-failed", error=f"{type(exc).__name__}: {exc}"[-2000:])
         return result
-    result["generate_s"] = round(time.monotonic() - started, 1)
-    result.update(describe_spec(spec))
+    result.update(generate_s=round(time.monotonic() - started, 1), **describe_spec(spec))
     state_path = Path(spec.build_dir) / STATE
     earlier = json.loads(state_path.read_text())["runs"] if state_path.exists() else []
     so = Path(spec.jit_library_path)
@@ -208,7 +207,7 @@ def build_one(entry: dict[str, Any], deadline: float | None) -> dict[str, Any]:
         while not concurrent.futures.wait([future], timeout=1.0).done:
             if deadline is not None and time.monotonic() > deadline and stopped_at is None:
                 stopped_at = time.monotonic()
-                print(f"{entry['name']}: deadline reached, stopping ninja", file=sys.stderr, flush=True)
+                say(f"{entry['name']}: deadline reached, stopping ninja")
                 _interrupt_ninja()
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -346,17 +345,15 @@ def cmd_build(census: dict[str, Any], args: argparse.Namespace) -> int:
         if deadline is not None and time.monotonic() > deadline:
             report["modules"].append({"name": entry["name"], "status": "not started (deadline)"})
             continue
-        print(f"building {entry['name']} ...", file=sys.stderr, flush=True)
+        say(f"building {entry['name']} ...")
         result = build_one(entry, deadline)
         report["modules"].append(result)
         args.out.write_text(json.dumps(report, indent=2))
         peak = max((p["peak_rss_gib"] for p in result.get("memory", {}).get("top_processes", [])), default=None)
-        print(
+        say(
             f"{result['name']}: {result.get('status')}, {result.get('sources')} sources, "
             f"wall {result.get('wall_s')} s, CPU {result.get('cpu_s')} s, .so {result.get('so_mib')} MiB, "
-            f"peak process {peak} GiB",
-            file=sys.stderr,
-            flush=True,
+            f"peak process {peak} GiB"
         )
     args.out.write_text(json.dumps(report, indent=2))
     return 0 if all(m.get("status") == "built" for m in report["modules"]) else 1

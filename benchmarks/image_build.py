@@ -72,10 +72,9 @@ def size(client: docker.DockerClient, tag: str) -> int:
 
 def biggest(client: docker.DockerClient, tag: str, python: str, most: int = 12) -> list[tuple[str, int]]:
     """The venv's biggest entries of site-packages (du -sm), as the image's own user sees them."""
-    site = f"/opt/venv/lib/python{python}/site-packages"
     out = client.containers.run(
         tag,
-        ["-c", f"cd {site} && du -sm -- * | sort -rn | head -n {most}"],
+        ["-c", f"cd /opt/venv/lib/python{python}/site-packages && du -sm -- * | sort -rn | head -n {most}"],
         entrypoint=["bash"],
         remove=True,
         network_disabled=True,
@@ -181,9 +180,8 @@ def main() -> int:
     print(f"| {'cold' if args.cold else 'first'} build | {report['first_build_s'] / 60:.1f} min |")
     print(f"| no-op rebuild | {report['noop_rebuild_s']:.0f} s, steps re-run: {len(report['noop_reran'])} |")
     print(f"| patch-only rebuild | {report['patch_rebuild_s']:.0f} s; re-ran: {'; '.join(report['patch_reran'])} |")
-    print(f"| devel base | {s['devel_base'] / gb:.2f} GB |")
-    print(f"| runtime base | {s['runtime_base'] / gb:.2f} GB |")
-    print(f"| runtime image | {s['runtime_image'] / gb:.2f} GB |")
+    for what in ("devel base", "runtime base", "runtime image"):
+        print(f"| {what} | {s[what.replace(' ', '_')] / gb:.2f} GB |")
     print(f"| runtime image built on the devel base | {s['runtime_image_on_devel_base'] / gb:.2f} GB |")
     print(f"| runtime / on-devel | {report['runtime_over_on_devel']:.2f} |")
     return 0

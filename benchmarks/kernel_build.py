@@ -58,13 +58,11 @@ class Sampler(threading.Thread):
 
     def __init__(self, root_pid: int, interval: float = 0.2) -> None:
         super().__init__(daemon=True)
-        self.root_pid = root_pid
-        self.interval = interval
+        self.root_pid, self.interval = root_pid, interval
         self.stop = threading.Event()
         self.procs: dict[int, dict] = {}  # pid -> {kind, hwm, cpu, job}
         self.jobs: dict[int, dict] = {}  # job root pid -> {source, peak_rss, first, last}
-        self.peak_total = 0
-        self.peak_procs = 0
+        self.peak_total = self.peak_procs = 0
 
     def _job_of(self, proc: psutil.Process) -> int | None:
         """The compile job a process belongs to: the ancestor whose parent is ninja (ninja runs one per file)."""
@@ -150,9 +148,8 @@ def _cuobjdump(so: Path) -> dict[str, object]:
 
 def _inspect_wheel(wheel: Path) -> dict[str, object]:
     info: dict[str, object] = {"wheel": wheel.name, "wheel_bytes": wheel.stat().st_size}
-    with tempfile.TemporaryDirectory() as tmp:
-        with zipfile.ZipFile(wheel) as zf:
-            zf.extractall(tmp)
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheel) as zf:
+        zf.extractall(tmp)
         info["extensions"] = {so.name: {"bytes": so.stat().st_size, **_cuobjdump(so)} for so in Path(tmp).glob("*.so")}
         probe = subprocess.run(
             [sys.executable, "-c", "import torch, flash_attn_2_cuda as m; print([n for n in dir(m) if n[0] != '_'])"],
@@ -224,9 +221,8 @@ def main() -> int:
             "cpu_s": round(sum(p["cpu"] for p in sampler.procs.values() if p["job"] == pid), 1),
             "wall_s": round(job["last"] - job["first"], 1),
         }
-        for pid, job in sampler.jobs.items()
+        for pid, job in sorted(sampler.jobs.items(), key=lambda item: -item[1]["peak_rss"])
     ]
-    jobs.sort(key=lambda j: -j["peak_rss"])
     try:
         import torch
     except ImportError:

@@ -505,8 +505,7 @@ def _open_results(
                 (out_dir / LOCK_NAME).unlink(missing_ok=True)
                 out_dir.rmdir()
         raise
-    kept_now = [k for k in results.labels if k not in labels]
-    if kept_now:
+    if kept_now := [k for k in results.labels if k not in labels]:
         print(f"bench: keeping {', '.join(kept_now)} from {out_dir / 'bench.json'}", file=sys.stderr)
     return results
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from sm120.bench import probe
 from sm120.build.docker_client import describe
-from sm120.errors import CheckFailed
+from sm120.errors import CheckFailed, say
 from sm120.image.entrypoint import key_file
 from sm120.image.entrypoint.errors import redact
 from sm120.plan.labels import namespace
@@ -107,7 +107,7 @@ def wait_healthy(container: Any, endpoint: str, spec: ContainerSpec, log_path: P
                 )
             with contextlib.suppress(probe.ServerUnreachable):  # not yet; a KeyRefused ends the wait
                 probe.health(endpoint, key, deadline_s=5)
-                print(f"{spec.label}: /health answered after {elapsed:.0f} s", file=sys.stderr, flush=True)
+                say(f"{spec.label}: /health answered after {elapsed:.0f} s")
                 return
             if elapsed > spec.health_timeout_s:
                 raise CheckFailed(
@@ -117,8 +117,7 @@ def wait_healthy(container: Any, endpoint: str, spec: ContainerSpec, log_path: P
             if not bar.disable:
                 bar.set_postfix_str(last_line(container, 100, tail=5))
             elif elapsed // 30 > (elapsed - HEALTH_POLL_S) // 30:
-                log = last_line(container, 100, tail=5)
-                print(f"{spec.label}: waiting for /health, {elapsed:.0f} s; log: {log}", file=sys.stderr, flush=True)
+                say(f"{spec.label}: waiting for /health, {elapsed:.0f} s; log: {last_line(container, 100, tail=5)}")
             time.sleep(HEALTH_POLL_S)
 
 
@@ -134,7 +133,6 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
         **read_only((spec.models_dir, MODELS_MOUNT), (spec.api_key_file, KEY_MOUNT)),
         **spec.extra_volumes,
     }
-    environment = {**spec.env, **({key_file.VARIABLE: KEY_MOUNT} if spec.api_key_file else {})}
     name = f"{namespace()}-bench-{re.sub(r'[^a-zA-Z0-9_.-]', '-', spec.label)}-{os.getpid()}"
     container = None
     try:
@@ -145,7 +143,7 @@ def serve(client: Any, spec: ContainerSpec, out_dir: Path) -> Iterator[str]:
                 entrypoint=spec.entrypoint,
                 name=name,
                 detach=True,
-                environment=environment,
+                environment={**spec.env, **({key_file.VARIABLE: KEY_MOUNT} if spec.api_key_file else {})},
                 device_requests=device_requests(spec.gpus),
                 ipc_mode="host",
                 volumes=volumes,

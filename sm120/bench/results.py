@@ -133,8 +133,7 @@ def _problem(data: Any) -> str | None:
         return f"not a bench.json of this tool (schema {SCHEMA})"
     if not isinstance(data.get("settings", {}), dict):
         return "settings is not an object"
-    grid = data.get("grid")
-    if grid is not None and not (isinstance(grid, dict) and isinstance(grid.get("points"), list)):
+    if (grid := data.get("grid")) is not None and not (isinstance(grid, dict) and isinstance(grid.get("points"), list)):
         return "grid is not an object with a list of points"
     for name, label in data["labels"].items():
         if not isinstance(label, dict) or not isinstance(label.get("runs", []), list):

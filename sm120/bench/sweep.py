@@ -135,8 +135,7 @@ def gate(speedup: dict[str, dict[str, Any]], names: Sequence[str], concurrency: 
     line each (empty: passed)."""
     failures = []
     for name in names:
-        r = speedup.get(name, {}).get(str(concurrency))
-        if r is None:
+        if (r := speedup.get(name, {}).get(str(concurrency))) is None:
             failures.append(f"{name}: no speedup at concurrency {concurrency} (no finished runs there)")
         elif r["ci95_low"] is None:
             failures.append(f"{name}: one run at concurrency {concurrency} gives no interval; use --runs 2 or more")

@@ -116,8 +116,7 @@ def judge(fact: Fact, found: str, image_config: dict[str, Any]) -> tuple[bool, s
     if kind == "python":
         return found == fact["version"], f"python3 {found}"
     if kind == "env":
-        env = dict(item.split("=", 1) for item in image_config.get("Env") or [] if "=" in item)
-        have = env.get(fact["name"])
+        have = dict(item.split("=", 1) for item in image_config.get("Env") or [] if "=" in item).get(fact["name"])
         return have == fact["value"], f"{fact['name']}={have!r}"
     if kind == "entrypoint":
         have = image_config.get("Entrypoint") or []

@@ -12,7 +12,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -57,11 +56,9 @@ def ca_bundle() -> Path | None:
 
 def ensure_buildx() -> list[str]:
     """The command prefix for BuildKit builds, or a UsageError that says how to get buildx."""
-    docker = shutil.which("docker")
-    if docker is None:
+    if (docker := shutil.which("docker")) is None:
         raise UsageError("docker is not on PATH: install the Docker CLI (./dev setup does)")
-    probe = subprocess.run([docker, "buildx", "version"], capture_output=True, text=True, check=False)
-    if probe.returncode != 0:
+    if subprocess.run([docker, "buildx", "version"], capture_output=True, text=True, check=False).returncode != 0:
         raise UsageError(
             "docker buildx is missing: run ./dev setup (installs the docker-buildx CLI plugin) "
             "or install buildx from your Docker distribution"
@@ -161,8 +158,7 @@ def _show(lines: Iterable[str], tail: deque[str], echo: bool) -> None:
     for line in lines:
         tail.append(line.rstrip("\n"))
         if echo:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            print(line, end="", flush=True)
 
 
 def _cancel(proc: subprocess.Popen, tail: deque[str], echo: bool) -> None:

@@ -18,6 +18,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = cfg.load(args.config)
-    profile = config.profile(args.profile or config.defaults.profile)
-    bases.make(config, profile, force=args.force)
+    bases.make(config, config.profile(args.profile or config.defaults.profile), force=args.force)
     return 0

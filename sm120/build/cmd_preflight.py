@@ -52,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
     config = cfg.load(args.config)
     profile = args.profile or config.defaults.profile
     config.profile(profile)  # an unknown profile: the usual one-line error
-    needs = config.builder.get(profile)
-    if needs is None:
+    if (needs := config.builder.get(profile)) is None:
         raise UsageError(
             f"{config.path.name} has no [builder.{profile}]: add min_disk_gib and min_memory_gib for it "
             f"(builder entries: {', '.join(sorted(config.builder)) or 'none'})"

@@ -68,10 +68,9 @@ def check_cache(spec: str, flag: str) -> None:
     `type=TYPE,key=value,...` (buildx parses it as CSV, util/buildflags/cache.go): a known type, every field
     key=value, a registry cache with a valid ref, mode min or max."""
     try:
-        rows = list(csv.reader([spec]))
+        fields = [f for f in next(csv.reader([spec])) if f != ""]  # one line: always one row
     except csv.Error as exc:
         raise UsageError(f"{flag} {spec!r}: not comma-separated key=value fields ({exc})") from None
-    fields = [f for f in (rows[0] if rows else []) if f != ""]
     if not fields:
         raise UsageError(f"{flag} is empty: give e.g. type=registry,ref=ghcr.io/owner/cache or type=local,src=DIR")
     if all("=" not in f for f in fields):  # buildx's shorthand: refs of registry caches
@@ -84,8 +83,7 @@ def check_cache(spec: str, flag: str) -> None:
         if not sep or not key:
             raise UsageError(f"{flag} {spec!r}: {field!r} is not key=value (fields: type=TYPE,key=value,...)")
         attrs[key.lower()] = value
-    kind = attrs.get("type")
-    if kind is None:
+    if (kind := attrs.get("type")) is None:
         raise UsageError(f"{flag} {spec!r}: no type= (types: {', '.join(CACHE_TYPES)})")
     if kind not in CACHE_TYPES:
         types = ", ".join(CACHE_TYPES)
@@ -106,5 +104,4 @@ def check_cache(spec: str, flag: str) -> None:
 
 def tags_for(plan: Plan, registry: str | None, extra: list[str]) -> list[str]:
     """The plan's tags under `--registry` (what `build --registry` pushes and `deploy --registry` runs), then extra."""
-    prefix = f"{registry.rstrip('/')}/" if registry else ""
-    return [prefix + t for t in plan.tags] + list(extra)
+    return [f"{registry.rstrip('/')}/{t}" if registry else t for t in plan.tags] + list(extra)

@@ -63,8 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     plan = resolve.load_plan(args.config, profile=args.profile, sglang=args.sglang)
-    text = kubernetes.kustomization(plan, args, command_line(args))
-    kubernetes.write(args.out, text)
+    kubernetes.write(args.out, kubernetes.kustomization(plan, args, command_line(args)))
     print(f"wrote {args.out}: {kubernetes.summary(args, *kubernetes.image_reference(plan, args.registry))}")
     for component, secret, key in kubernetes.secrets_for(args, kubernetes.workload_for(args.nodes)):
         print(

@@ -263,7 +263,6 @@ def workload_patch(
     plan: Plan, request: Request, workload: Workload, base: dict[str, Any], secrets: list[tuple[KeyComponent, str, str]]
 ) -> str:
     """The workload's JSON patch operations, one a line; `test` guards every position taken from the base."""
-    uid = plan.image.uid
     ops: list[tuple[str, str, Any]] = []
     if workload is GROUP:
         ops.append(("replace", f"{_LWS}/size", request.nodes))
@@ -295,8 +294,8 @@ def workload_patch(
             ("replace", f"{container}/resources/requests/memory", memory),
             # The image's user by number: runAsNonRoot cannot check a user name; the cache claim's files become the
             # pod's group's, so the image's user can write them.
-            ("add", f"{pod}/securityContext/runAsUser", uid),
-            ("add", f"{pod}/securityContext/fsGroup", uid),
+            ("add", f"{pod}/securityContext/runAsUser", plan.image.uid),
+            ("add", f"{pod}/securityContext/fsGroup", plan.image.uid),
             ("add", f"{container}/volumeMounts/-", {"name": CACHE_CLAIM, "mountPath": plan.image.cache_dir}),
         ]
         if request.shm_size:

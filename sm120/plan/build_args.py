@@ -25,12 +25,11 @@ def stage_env(build_args: dict[str, str], dockerfile: str, stage: str) -> dict[s
 def stages(text: str) -> dict[str, str]:
     """Stage name -> its text, from its FROM line to the next."""
     parts = re.split(r"^(?=FROM )", text[text.index("\nFROM ") + 1 :], flags=re.MULTILINE)
-    out = {}
-    for part in parts:
-        match = re.search(r" AS ([\w-]+)", part.splitlines()[0]) if part.startswith("FROM ") else None
-        if match:
-            out[match.group(1)] = part
-    return out
+    return {
+        match.group(1): part
+        for part in parts
+        if part.startswith("FROM ") and (match := re.search(r" AS ([\w-]+)", part.splitlines()[0]))
+    }
 
 
 def stage_args(text: str) -> dict[str, set[str]]:

@@ -54,6 +54,7 @@ _INSTALL_WORDS = {
 def render(plan: Plan, differences: list[tuple[str, Any, Any]], published: str) -> str:
     """The human-readable plan: every value as text, none as Python writes it."""
     flash_attn, sgl_kernel = plan.flash_attn, plan.sgl_kernel
+    wheel = f"\n                 {sgl_kernel.wheel_url}  sha256:{sgl_kernel.wheel_sha256[:16]}"
     lines = [
         f"profile          {plan.profile}",
         f"SGLang           {plan.sglang_version}",
@@ -66,11 +67,7 @@ def render(plan: Plan, differences: list[tuple[str, Any, Any]], published: str) 
         f"backward {'on' if flash_attn.backward else 'off'}; C++{flash_attn.cxx_std}",
         f"sgl-kernel       {sgl_kernel.package} {sgl_kernel.version} "
         f"({_INSTALL_WORDS[sgl_kernel.source]}, CUDA {sgl_kernel.cuda}, {', '.join(sgl_kernel.archs)})"
-        + (
-            f"\n                 {sgl_kernel.wheel_url}  sha256:{sgl_kernel.wheel_sha256[:16]}"
-            if sgl_kernel.wheel_url
-            else ""
-        ),
+        + (wheel if sgl_kernel.wheel_url else ""),
         f"base image       {plan.base_image} ({plan.bases})",
         f"runtime base     {plan.runtime_base_image}",
         f"max_jobs         {plan.max_jobs}  nvcc_threads {plan.nvcc_threads}",

@@ -666,15 +666,14 @@ def _check_defaults(config: Config) -> None:
 def _check_presets(config: Config, version: str, track: Track) -> None:
     """Each draft mode has the track's draft tree, and one SGLang can run: all three numbers or none, draft tokens
     from 2 to 1 + top-k + (steps - 1) * top-k^2 (spec.draft_tree_most)."""
-    name = config.path.name
-    where = f'tracks."{version}".presets'
+    where = f'{config.path.name}: tracks."{version}".presets'
     for mode_name, presets in track.presets.items():
         mode = config.modes.get(mode_name)
         if mode is None:
-            raise UsageError(f"{name}: {where}.{mode_name}: no such mode {_choices('modes', config.modes, mode_name)}")
+            raise UsageError(f"{where}.{mode_name}: no such mode {_choices('modes', config.modes, mode_name)}")
         if not mode.draft:
             raise UsageError(
-                f"{name}: {where}.{mode_name}: the mode has draft = false: EAGLE-3 presets apply only to a mode "
+                f"{where}.{mode_name}: the mode has draft = false: EAGLE-3 presets apply only to a mode "
                 "with a drafter (set draft = true in [modes], or remove them)"
             )
         numbers = presets.model_dump(exclude={"reason"})  # spec_num_steps, spec_eagle_topk, spec_num_draft_tokens
@@ -683,20 +682,20 @@ def _check_presets(config: Config, version: str, track: Track) -> None:
         if given and len(given) < len(numbers):
             missing = [key for key in numbers if key not in given]
             raise UsageError(
-                f"{name}: {where}.{mode_name} sets {', '.join(given)} but not {', '.join(missing)}: give all three, "
+                f"{where}.{mode_name} sets {', '.join(given)} but not {', '.join(missing)}: give all three, "
                 "or none to leave the draft tree to SGLang (it takes all three or none)"
             )
         if tokens is not None and tokens < 2:
-            raise UsageError(f"{name}: {where}.{mode_name}.spec_num_draft_tokens = {tokens}: allowed from 2")
+            raise UsageError(f"{where}.{mode_name}.spec_num_draft_tokens = {tokens}: allowed from 2")
         if given and tokens > (most := draft_tree_most(steps, topk)):
             raise UsageError(
-                f"{name}: {where}.{mode_name}.spec_num_draft_tokens = {tokens}: allowed 2 to {most} for "
+                f"{where}.{mode_name}.spec_num_draft_tokens = {tokens}: allowed 2 to {most} for "
                 f"spec_num_steps {steps} and spec_eagle_topk {topk} (1 + top-k + (steps - 1) * top-k^2)"
             )
     for mode_name, mode in config.modes.items():
         if mode.draft and mode_name not in track.presets:
             raise UsageError(
-                f"{name}: {where}.{mode_name} is missing: say which EAGLE-3 draft tree this track runs "
+                f"{where}.{mode_name} is missing: say which EAGLE-3 draft tree this track runs "
                 "(spec_num_steps, spec_eagle_topk, spec_num_draft_tokens, or none for SGLang's own choice) "
                 "and its reason"
             )

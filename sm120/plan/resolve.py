@@ -260,16 +260,15 @@ def resolve(
     track = config.track(version)
 
     torch_cuda, torch_index, stand_ins = _torch(config, track, profile_settings)
-    if cuda_major(torch_cuda) != cuda_major(config.cuda.version):
+    torch_major = cuda_major(torch_cuda)
+    if torch_major != cuda_major(config.cuda.version):
         stand_ins.append(
             f"flash-attn is compiled with CUDA {config.cuda.version}'s nvcc against torch's CUDA {torch_cuda} "
             "headers (no CUDA 12 compiler is on PyPI): torch's version guard is lifted for this build only"
         )
     sgl_kernel, sgl_kernel_notes, warnings = _sgl_kernel(config, track, profile_name)
     stand_ins += sgl_kernel_notes
-    fixups = [
-        FixupPin(f.requirement, f.install, f.reason) for f in track.fixups if f.torch_cuda == cuda_major(torch_cuda)
-    ]
+    fixups = [FixupPin(f.requirement, f.install, f.reason) for f in track.fixups if f.torch_cuda == torch_major]
     flash_attn = _flash_attn(config, track, profile_settings.flash_attn)
     patches, skipped = _patches(config, track, version)
 
@@ -322,7 +321,7 @@ def resolve(
         not_shipped=[
             NotShippedPaths(list(n.paths), n.reason, n.source)
             for n in track.not_shipped
-            if n.torch_cuda is None or n.torch_cuda == cuda_major(torch_cuda)
+            if n.torch_cuda in (None, torch_major)
         ],
         max_jobs=parallelism.max_jobs,
         nvcc_threads=parallelism.nvcc_threads,

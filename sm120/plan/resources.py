@@ -47,8 +47,7 @@ def _ancestors(base: Path, rel: str) -> list[Path]:
 
 def _smallest(dirs: list[Path], limit: Callable[[Path], float | None]) -> float | None:
     """The smallest limit set along the cgroup path (a child cannot exceed its parents), or None where none is."""
-    found = [value for value in map(limit, dirs) if value is not None]
-    return min(found) if found else None
+    return min((value for value in map(limit, dirs) if value is not None), default=None)
 
 
 def _v2_cpu(d: Path) -> float | None:
@@ -134,11 +133,10 @@ def parallelism(
         else None
     )
     jobs = max(1, min(by_cpu, by_memory))
-    limiter = "CPUs" if by_cpu <= by_memory else "memory"
     reason = (
         f"{resources.cpus} CPUs / {nvcc_threads} nvcc thread(s) = {by_cpu} jobs; "
         f"{resources.memory_gib:.1f} GiB x {memory_fraction:g} / {per_job:g} GiB per job = {max(by_memory, 0)} jobs; "
-        f"limited by {limiter} ({resources.source})"
+        f"limited by {'CPUs' if by_cpu <= by_memory else 'memory'} ({resources.source})"
     )
     if max_jobs_override is not None:
         jobs, reason = max_jobs_override, f"--max-jobs {max_jobs_override} (the rule gave {jobs}: {reason})"

@@ -81,10 +81,9 @@ def run_add(args: argparse.Namespace) -> int:
     source = args.source or newest(config)
     config.track(source)  # an unknown --from lists the tracks
     text = config.path.read_text(encoding="utf-8")
-    raw = tomllib.loads(text)["tracks"][source]
     say(f"track add {version}: reading the facts from PyPI (copying the rest from [tracks.{source!r}])")
     derived = track_facts.derive(config, version, track_facts.PyPISources(progress=say))
-    data, copied = track_stanza.track_data(derived, raw)
+    data, copied = track_stanza.track_data(derived, tomllib.loads(text)["tracks"][source])
     rules = track_stanza.ranged_rules(config, version, source)
     derived.notes += rules
     stanza = track_stanza.render(version, data, derived, copied, source)

@@ -282,12 +282,10 @@ def _kernel(config: Config, package: str, version: str, sources: PyPISources, ou
     )
     want = [sm(a, "a") for a in config.cuda.archs]
     missing = [a for a in want if a not in ordered]
-    if linked != cuda_major(config.cuda.version) or missing:
-        why = (
-            f"a CUDA {cuda} build (cuda.version is {config.cuda.version})"
-            if linked != cuda_major(config.cuda.version)
-            else f"without {', '.join(missing)} SASS"
-        )
+    why = f"without {', '.join(missing)} SASS" if missing else ""
+    if linked != cuda_major(config.cuda.version):
+        why = f"a CUDA {cuda} build (cuda.version is {config.cuda.version})"
+    if why:
         raise UsageError(
             f"sgl_kernel.install: PyPI's {package} {version} is {why}: no profile can install it as is; write the "
             "track by hand (install = wheel with a [sgl_kernel.wheel], or source)"
@@ -347,8 +345,7 @@ class PyPISources:
         return found[0].read_text(encoding="utf-8"), wheel.filename
 
     def wheel_text(self, wheel: pypi.WheelFile, member: str) -> str:
-        path = wheel_members.member(wheel, member, progress=self.progress)
-        return path.read_text(encoding="utf-8", errors="replace")
+        return wheel_members.member(wheel, member, progress=self.progress).read_text(encoding="utf-8", errors="replace")
 
     def library(self, wheel: pypi.WheelFile, member: str) -> Library:
         path = wheel_members.member(wheel, member, progress=self.progress)
@@ -365,5 +362,4 @@ class PyPISources:
         return Library(needed=needed, sass=sass.archs, toolkit=notes)
 
     def patch_results(self, config: Config, version: str, patches: list[tuple[str, Patch]]) -> list[patching.Result]:
-        tree = pypi.source_tree(version, progress=self.progress)
-        return patching.check(tree, version, patches, root=config.root)
+        return patching.check(pypi.source_tree(version, progress=self.progress), version, patches, root=config.root)

@@ -28,8 +28,7 @@ def _directory(wheel: pypi.WheelFile) -> Path:
 
 def dist_info(wheel: pypi.WheelFile) -> str:
     """`torch-2.14.1.dist-info` for torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl (the wheel spec's rule)."""
-    name, version = wheel.filename.split("-")[:2]
-    return f"{name}-{version}.dist-info"
+    return "-".join(wheel.filename.split("-")[:2]) + ".dist-info"
 
 
 def _digest(data: bytes) -> str:

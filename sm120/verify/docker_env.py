@@ -59,11 +59,10 @@ def inspect(engine: docker.DockerClient, tag: str) -> ImageInfo:
         raise UsageError(f"no image {tag!r} in the local Docker Engine (see `docker images`)") from None
     except docker.errors.APIError as exc:
         raise DockerUnavailable(f"cannot inspect {tag!r}: {exc.explanation or exc}") from None
-    attrs = image.attrs
-    config = attrs.get("Config") or {}
+    config = image.attrs.get("Config") or {}
     return ImageInfo(
         id=image.id,
-        size=int(attrs.get("Size") or 0),
+        size=int(image.attrs.get("Size") or 0),
         labels=dict(config.get("Labels") or {}),
         user=config.get("User") or "",
         entrypoint=list(config.get("Entrypoint") or []),
@@ -80,8 +79,7 @@ def new_run_id() -> str:
 
 def run_containers(engine: docker.DockerClient, run_id: str | None = None) -> list[dict[str, Any]]:
     """Containers of one run (or of any run), from the list call alone (no per-container inspect to race with)."""
-    label = f"{run_label()}={run_id}" if run_id else run_label()
-    return engine.api.containers(all=True, filters={"label": label})
+    return engine.api.containers(all=True, filters={"label": f"{run_label()}={run_id}" if run_id else run_label()})
 
 
 def remove_run(engine: docker.DockerClient, run_id: str, *, settle_s: float = 0.0) -> list[str]:

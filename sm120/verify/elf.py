@@ -57,8 +57,7 @@ def _run(tool: str | None, *args: str, cwd: Path | None = None) -> subprocess.Co
 def parse_list_elf(text: str, pattern: re.Pattern[str] = _CUBIN) -> list[str]:
     """The SASS archs (or with _PTX, the PTX's virtual archs) in `cuobjdump --list-elf --list-ptx` output, sorted by
     number (sm_80 < sm_90 < sm_90a < sm_120a)."""
-    archs = {m.group(1) for line in text.splitlines() if (m := pattern.search(line.strip()))}
-    return sorted(archs, key=arch_key)
+    return sorted({m.group(1) for line in text.splitlines() if (m := pattern.search(line.strip()))}, key=arch_key)
 
 
 def arch_key(arch: str) -> tuple[int, str]:
@@ -124,8 +123,7 @@ def unresolved(ldd_output: str) -> dict[str, list[str]]:
     for line in ldd_output.splitlines():
         if not line.startswith(("\t", " ")) and line.rstrip().endswith(":"):
             current = line.rstrip()[:-1]
-            continue
-        if "=> not found" in line and current is not None:
+        elif "=> not found" in line and current is not None:
             result.setdefault(current, []).append(line.split("=>", 1)[0].strip())
     return result
 
@@ -210,9 +208,8 @@ def toolkit_notes(path: Path, scratch: Path, tool: str | None = None) -> list[st
     from elftools.elf.elffile import ELFFile
 
     tool = tool or cuobjdump()
-    listing = _run(tool, "--list-elf", str(path)).stdout
     first: dict[str, str] = {}
-    for line in listing.splitlines():
+    for line in _run(tool, "--list-elf", str(path)).stdout.splitlines():
         if (m := _CUBIN.search(line.strip())) and ":" in line:
             first.setdefault(m.group(1), line.split(":", 1)[1].strip())
     notes: set[str] = set()

@@ -96,8 +96,7 @@ def table(report: Report) -> str:
     packages = [[name, report.expected.get(name, "?"), report.found.get(name, "?")] for name in PACKAGES]
     rows += _plain(packages, ["package", "label", "found in the image"])
     if report.kernels:
-        kernels = [arch_line(k).split(": ", 1) for k in report.kernels]
-        rows += ["", *_plain(kernels, ["kernel library", "SASS archs"])]
+        rows += ["", *_plain([arch_line(k).split(": ", 1) for k in report.kernels], ["kernel library", "SASS archs"])]
     else:
         rows += ["", "kernel library SASS archs: ? (the kernel checks did not run)"]
     if report.startup:
@@ -168,14 +167,12 @@ def junit_outcome(path: Path) -> Outcome | None:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):
         return None
-    tests, skipped, failed = 0, 0, []
-    for case in root.iter("testcase"):
-        tests += 1
+    cases = list(root.iter("testcase"))
+    skipped, failed = 0, {}  # failed: name -> None, each name once, in order
+    for case in cases:
         tags = {child.tag for child in case}
         if tags & {"failure", "error"}:
-            name = f"{case.get('classname', '').rsplit('.', 1)[-1] or '?'}::{case.get('name', '?')}"
-            if name not in failed:
-                failed.append(name)
+            failed[f"{case.get('classname', '').rsplit('.', 1)[-1] or '?'}::{case.get('name', '?')}"] = None
         elif "skipped" in tags:
             skipped += 1
-    return Outcome(tests, failed, skipped)
+    return Outcome(len(cases), list(failed), skipped)

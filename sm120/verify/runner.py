@@ -133,9 +133,8 @@ def _conclude(status: int, found: report.Report | None, outcome: report.Outcome 
     if status == 0:
         return 0
     if status == 1 and outcome is not None and outcome.failed:
-        shown = outcome.failed[:6]
-        more = len(outcome.failed) - len(shown)
-        names = ", ".join(shown) + (f" and {more} more (see above)" if more else "")
+        more = len(outcome.failed) - 6  # the first six are named
+        names = ", ".join(outcome.failed[:6]) + (f" and {more} more (see above)" if more > 0 else "")
         raise CheckFailed(f"{len(outcome.failed)} of {outcome.tests} checks failed: {names}")
     if status == 5:
         raise CheckFailed("no checks were collected (see -k)")

@@ -60,8 +60,7 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def install(names: Iterable[str] = ("sgl_kernel",)) -> StubFinder:
     """Put a StubFinder first on sys.meta_path (so it wins over an installed but unloadable package)."""
     finder = StubFinder(names)
-    for name in list(sys.modules):
-        if finder._covers(name):
-            del sys.modules[name]
+    for name in [n for n in sys.modules if finder._covers(n)]:
+        del sys.modules[name]
     sys.meta_path.insert(0, finder)
     return finder
