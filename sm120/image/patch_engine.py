@@ -191,16 +191,15 @@ def run(tree: Path, version: str, series: Sequence[Resolved], *, root: Path, wri
             diff = str((root / file).resolve()) if file else ""
             forward = _git(work, "--check", diff) if hunks else None
             if forward and forward.returncode and _git(work, "--check", "--reverse", diff).returncode == 0:
-                result = Result(name, Status.ALREADY_APPLIED, file, "the tree has this patch")
+                results.append(Result(name, Status.ALREADY_APPLIED, file, "the tree has this patch"))
             elif upstream_has(patch.checks, tree):
-                result = Result(name, Status.ALREADY_UPSTREAM, file, patch.upstream)
+                results.append(Result(name, Status.ALREADY_UPSTREAM, file, patch.upstream))
             elif hunks is None or file is None:
-                result = Result(name, Status.NOT_APPLICABLE, None, f"no variant for {version} ({patch.ranges})")
+                results.append(Result(name, Status.NOT_APPLICABLE, None, f"no variant for {version} ({patch.ranges})"))
             elif (done := _git(work, diff)).returncode:  # git apply is atomic: the copy stays as it was
-                result = _conflict(name, file, hunks, done.stderr)
+                results.append(_conflict(name, file, hunks, done.stderr))
             else:
-                result = Result(name, Status.APPLIED, file)
-            results.append(result)
+                results.append(Result(name, Status.APPLIED, file))
         if write and Status.CONFLICT not in {r.status for r in results}:
             for (_, hunks), r in zip(loaded, results, strict=True):
                 for rel in hunks if hunks and r.status is Status.APPLIED else ():

@@ -14,11 +14,9 @@ import collections
 import contextlib
 import dataclasses
 import fnmatch
-import importlib
 import importlib.util
 import ipaddress
 import json
-import logging
 import logging.handlers
 import os
 import re
@@ -145,8 +143,7 @@ def stage(job_file: Path, job: dict[str, Any]) -> None:
     work = Path(job["workdir"])
     for sub in ("bin", "lib"):
         (work / sub).mkdir(parents=True, exist_ok=True)
-    stub = next((s for s in STUBS if Path(s).is_file()), None)
-    if stub is None:
+    if (stub := next((s for s in STUBS if Path(s).is_file()), None)) is None:
         emit({"error": f"no CUDA driver stub in the image (looked at {', '.join(STUBS)})"})
         sys.exit(0)
     link = work / "lib" / "libcuda.so.1"

@@ -61,15 +61,13 @@ def advise(rows: Sequence[Row], world_size: int, builtin: int) -> Advice:
         off = f"limit to set: none; leave symmetric memory off: SKIP_RUNTIME_RULES={RULE}"
         return Advice(cross, None, [f"crossover: NCCL is faster at every size measured ({span})", off, built])
     if cross is None:
-        limit = ordered[-1].size
         first = (
-            f"crossover: none up to {human(limit)}: {path} is faster at the largest size measured; "
+            f"crossover: none up to {human(ordered[-1].size)}: {path} is faster at the largest size measured; "
             f"sweep larger sizes (--sizes) to find it"
         )
     else:
-        limit = cross
         first = f"crossover: NCCL is faster from {human(cross)} on ({path} up to {human(ordered[-len(tail) - 1].size)})"
-    limit = min(max(limit, LIMIT_MIN), LIMIT_MAX)
+    limit = min(max(ordered[-1].size if cross is None else cross, LIMIT_MIN), LIMIT_MAX)
     setting = f"{ENV}={world_size}:{format_size(limit)}"
     lines = [first, f"limit to set: {setting}   (messages below {human(limit)} take {path})"]
     if path != TWO_SHOT:

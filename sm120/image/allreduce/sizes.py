@@ -80,10 +80,9 @@ def parse_sizes(text: str) -> list[int]:
 
 def format_size(size: int) -> str:
     """The shortest exact form: 16MiB, 512KiB (the form the patch reads back)."""
-    if size % MiB == 0:
-        return f"{size // MiB}MiB"
-    if size % KiB == 0:
-        return f"{size // KiB}KiB"
+    for unit, name in ((MiB, "MiB"), (KiB, "KiB")):
+        if size % unit == 0:
+            return f"{size // unit}{name}"
     return f"{size}B"
 
 

@@ -4,7 +4,6 @@ docs/allreduce-sweep.md says), then for each size the two sum checks and the tim
 from __future__ import annotations
 
 import json
-import logging
 import logging.handlers
 import os
 import pkgutil
@@ -113,8 +112,10 @@ def _build(job: Job, torch: Any, group: Any, device: Any) -> tuple[Any, list[str
     return comm, [f"{record.levelname}: {record.getMessage()}" for record in collect.buffer]
 
 
-def _seconds(torch: Any, device: Any, run: Any) -> float:
-    """Seconds that `run()` took: CUDA events on a GPU (launch gaps included), the wall clock on the CPU."""
+def _seconds(torch: Any, dist: Any, group: Any, device: Any, run: Any) -> float:
+    """Seconds that `run()` took once the ranks of `group` lined up: CUDA events on a GPU (launch gaps included), the
+    wall clock on the CPU."""
+    dist.barrier(group=group)
     if device.type != "cuda":
         t0 = time.perf_counter()
         run()
@@ -205,32 +206,24 @@ def _measure(
     largest = y.abs().max().float()
     dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=device_group)
     diff = float((two_shot_r.float() - nccl_r.float()).abs().max())
-    bound = 2 * (ws - 1) * BF16_UNIT * ws * float(largest)
-    random_ok = diff <= bound  # NaN fails
+    random_ok = diff <= 2 * (ws - 1) * BF16_UNIT * ws * float(largest)  # the bound; NaN fails
 
     # 3. Timings: the same number of all-reduces on every rank, the ranks lined up before each repeat.
     ops = ops_per_repeat(size)
     zeros = torch.zeros(n, device=device, dtype=torch.bfloat16)  # NCCL works in place: values would grow
     paths = {"two_shot_us": lambda: comm.all_reduce(x), "nccl_us": lambda: dist.all_reduce(zeros, group=device_group)}
-    medians = {}
+    mine = {"exact": exact, "random_ok": random_ok, "random_diff": diff}
     for name, op in paths.items():
         run = _graphed(torch, op, ops) if job.cuda_graph else lambda op=op: [op() for _ in range(ops)]
         for _ in range(job.warmup):
             run()
-        times = []
-        for _ in range(job.repeats):
-            dist.barrier(group=cpu_group)
-            times.append(_seconds(torch, device, run) / ops * 1e6)
-        medians[name] = statistics.median(times)
-    mine = {**medians, "exact": exact, "random_ok": random_ok, "random_diff": diff}
+        times = [_seconds(torch, dist, cpu_group, device, run) / ops * 1e6 for _ in range(job.repeats)]
+        mine[name] = statistics.median(times)
     gathered: list[Any] = [None] * ws
     dist.all_gather_object(gathered, mine, group=cpu_group)
     # The slowest rank's times and largest difference; a check holds only where it holds on every rank.
-    return {
-        "size": size,
-        **{k: (all if isinstance(v, bool) else max)(g[k] for g in gathered) for k, v in mine.items()},
-        "ops": ops,
-    }
+    worst = {k: (all if isinstance(v, bool) else max)(g[k] for g in gathered) for k, v in mine.items()}
+    return {"size": size, **worst, "ops": ops}
 
 
 def _graphed(torch: Any, op: Any, ops: int) -> Any:

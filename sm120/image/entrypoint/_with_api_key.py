@@ -44,12 +44,10 @@ class HideKeys:
         async def hold_json(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = dict(message.get("headers") or [])
-                if b"json" not in headers.get(b"content-type", b"").lower():
-                    start["pass"] = True
-                    await send(message)
+                if b"json" in headers.get(b"content-type", b"").lower():
+                    start.update(message)
                     return
-                start.update(message)
-                return
+                start["pass"] = True
             if start.get("pass") or message["type"] != "http.response.body":
                 await send(message)
                 return

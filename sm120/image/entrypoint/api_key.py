@@ -49,12 +49,8 @@ def secrets(environ: Mapping[str, str], sglang_args: Iterable[str]) -> list[str]
     for tokens in (list(sglang_args), extra_tokens):
         for i, token in enumerate(tokens):
             name, eq, inline = token.partition("=")
-            if not read_as(name):
-                continue
-            if eq:
-                found.append(inline)
-            if i + 1 < len(tokens):
-                found.append(tokens[i + 1])
+            if read_as(name):  # the inline value and the next token, whichever are there
+                found += ([inline] if eq else []) + tokens[i + 1 : i + 2]
     return found
 
 
@@ -62,8 +58,7 @@ def refuse_on_command_line(cmd: Command) -> None:
     """--api-key, --admin-api-key, or a prefix argparse could take for one, in any layer: exit 2 without the value."""
     for item in [*cmd.base, *cmd.extra, *cmd.user]:
         name = item.tokens[0].split("=", 1)[0]
-        options = read_as(name)
-        if not options:
+        if not (options := read_as(name)):
             continue
         if name in options:
             read = ""

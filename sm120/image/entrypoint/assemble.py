@@ -256,8 +256,7 @@ def effective(cmd: Command, spec: EntrypointSpec, mode_name: str, log: Log) -> E
             "allowed: a multiple of NNODES (each node runs TP_SIZE / NNODES GPUs)",
         )
 
-    model = cmd.last("--model-path")
-    if model is None or not model.value:
+    if (model := cmd.last("--model-path")) is None or not model.value:
         raise UsageError("MODEL_PATH is not set", "the target model directory, e.g. -e MODEL_PATH=/models/Kimi-K2.5")
 
     speculative = cmd.value("--speculative-algorithm")

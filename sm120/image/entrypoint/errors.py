@@ -147,10 +147,7 @@ class Secrets:
 
 
 SECRETS = Secrets()
-
-
-def redact(text: str) -> str:
-    return SECRETS.redact(text)
+redact = SECRETS.redact
 
 
 Redacted = functools.partial(Masked, redact=redact)  # a text stream that writes whole lines through SECRETS.redact

@@ -83,8 +83,7 @@ def read(path: str) -> ApiKey:
     if not (text := data.strip(b" \t\r\n")):
         raise KeyFileError("is empty", f"write the key into it, {GOOD_KEY}")
     if b"\n" in text or b"\r" in text:
-        lines = len(text.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"))
-        raise KeyFileError(f"holds {lines} lines", "it holds the key alone, on one line")
+        raise KeyFileError(f"holds {len(text.splitlines())} lines", "it holds the key alone, on one line")
     if any(not 0x21 <= byte <= 0x7E for byte in text):
         raise KeyFileError(
             "the key holds a space, a control character or a non-ASCII character",
@@ -118,8 +117,7 @@ def candidates(path: str) -> list[str]:
         data = _read_bytes(path)
     except (OSError, ValueError):  # KeyFileError too: not a regular file
         return []
-    text = data.decode("utf-8", errors="replace")
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    return [line.strip() for line in data.decode("utf-8", errors="replace").splitlines() if line.strip()]
 
 
 def is_loopback(host: str | None) -> bool:

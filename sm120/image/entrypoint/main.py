@@ -65,8 +65,7 @@ def parse(argv: list[str], spec: EntrypointSpec | None, environ: Mapping[str, st
             f"modes: {', '.join(sorted(modes))}; or a program on PATH (e.g. bash); see --help",
         )
 
-    ours, sglang = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    request.sglang_args = sglang
+    ours, request.sglang_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     mode_given = False
     for token in ours:
         if token == "--dry-run":
@@ -262,8 +261,7 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
     prebuilt.check(log)
     if not request.dry_run:  # the machine's checks are cheap: before SGLang's parser, which takes seconds to import
         gpus = preflight.visible_gpus(environ)
-        tp_item = cmd.last("--tp-size")
-        what = tp_item.label() if tp_item else "TP 1"
+        what = tp_item.label() if (tp_item := cmd.last("--tp-size")) else "TP 1"
         if effective.pp > 1 or effective.nnodes > 1:
             what = f"TP {effective.tp} x PP {effective.pp} over {effective.nnodes} nodes"
         preflight.check_gpus(gpus, effective.gpus_per_node, what, spec.cuda_archs, log)
@@ -280,8 +278,7 @@ def _run(argv: list[str], environ: Mapping[str, str], log: Log) -> int:
 
     if request.dry_run:
         log.flush(sys.stderr)
-        lines = [f"# mode {request.mode}: SGLang {spec.sglang_version} presets from {loaded.source}"]
-        lines.append(f"# {checked}")
+        lines = [f"# mode {request.mode}: SGLang {spec.sglang_version} presets from {loaded.source}", f"# {checked}"]
         if mode.draft:
             lines.append(f"# draft tree: {_draft_tree(cmd, mode, request.mode)}")
         lines.append("# not run by --dry-run: the GPU, /dev/shm and JIT-cache checks")

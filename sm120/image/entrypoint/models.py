@@ -52,7 +52,6 @@ CONFIG_MAX_BYTES = 64 << 20  # a model's config.json is kilobytes; anything this
 
 def access_hint(path: Path) -> str:
     """Who may enter the path and what to change: one line for an error about a path this user cannot read."""
-    uid = os.getuid()
     try:
         st = path.stat()
         owner = f"owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}"
@@ -60,7 +59,7 @@ def access_hint(path: Path) -> str:
     except OSError:
         owner, user = "", "--user UID:GID of its owner"
     return (
-        f"uid {uid} cannot read {path}" + (f" ({owner})" if owner else "") + "; on the host: chmod -R a+rX "
+        f"uid {os.getuid()} cannot read {path}" + (f" ({owner})" if owner else "") + "; on the host: chmod -R a+rX "
         f"{path}, or run the container with {user}"
     )
 
@@ -90,26 +89,21 @@ def _read_config(config_file: Path, item: Item) -> dict[str, Any]:
     label = item.label()
     try:
         st = os.stat(config_file)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise UsageError(f"{label}: {config_file} is {kind}", "config.json must be the model's JSON file")
+        if st.st_size > CONFIG_MAX_BYTES:
+            raise UsageError(f"{label}: {config_file} is {st.st_size} bytes, not a model's config.json (kilobytes)")
+        with open(config_file, "rb") as handle:
+            text = handle.read(CONFIG_MAX_BYTES + 1).decode("utf-8")
     except FileNotFoundError:
         raise UsageError(
             f"{label}: the directory has no config.json", "give the model's own directory (with config.json)"
         ) from None
-    except OSError as exc:
-        raise UsageError(f"{label}: {config_file} cannot be read ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise UsageError(f"{label}: {config_file} is {kind}", "config.json must be the model's JSON file")
-    if st.st_size > CONFIG_MAX_BYTES:
-        raise UsageError(f"{label}: {config_file} is {st.st_size} bytes, not a model's config.json (kilobytes)")
-    try:
-        with open(config_file, "rb") as handle:
-            data = handle.read(CONFIG_MAX_BYTES + 1)
     except PermissionError:
         raise UsageError(f"{label}: {access_hint(config_file)}") from None
     except OSError as exc:
         raise UsageError(f"{label}: {config_file} cannot be read ({exc.strerror or exc})") from None
-    try:
-        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{label}: {config_file} is not UTF-8 text") from None
     config = parse_json(text, f"{label}: config.json is", "a model's config")
@@ -138,9 +132,8 @@ def mounted_dirs(mountinfo: str = "/proc/self/mountinfo") -> list[Path]:
             continue
         fstype = fields[fields.index("-") + 1]
         point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-        if point == "/" or fstype in _PSEUDO_FS or point.startswith(("/proc", "/sys", "/dev")):
-            continue
-        found.append(Path(point))
+        if point != "/" and fstype not in _PSEUDO_FS and not point.startswith(("/proc", "/sys", "/dev")):
+            found.append(Path(point))
     return found
 
 
@@ -235,7 +228,6 @@ def check_pair(target: Model, draft: Model) -> list[str]:
     """Raise when the drafter cannot take the target's hidden states; return warnings for doubtful pairs."""
     if target.path is None or draft.path is None:
         return []
-    warnings = []
     target_hidden = target.text_value("hidden_size")
     draft_in = draft.config.get("target_hidden_size", draft.config.get("hidden_size"))
     if isinstance(target_hidden, int) and isinstance(draft_in, int) and target_hidden != draft_in:
@@ -248,11 +240,11 @@ def check_pair(target: Model, draft: Model) -> list[str]:
     target_vocab = target.text_value("vocab_size")
     draft_vocab = draft.config.get("vocab_size")
     if isinstance(target_vocab, int) and isinstance(draft_vocab, int) and target_vocab != draft_vocab:
-        warnings.append(
+        return [
             f"the drafter's vocab_size {draft_vocab} differs from the target's {target_vocab}: "
             "was it trained for this target?"
-        )
-    return warnings
+        ]
+    return []
 
 
 def describe(model: Model) -> str:

@@ -35,9 +35,7 @@ def check(log: Log, directory: Path | None = None) -> None:
         )
     elif modules or left:
         done = f"prebuilt: {', '.join(modules)}" if modules else "none prebuilt"
-        todo = (
-            f"compiled at first use, where the model takes them (docs/first-start): {', '.join(left)}" if left else ""
-        )
-        log.note(f"FlashInfer modules for sm_120: {done}{'; ' + todo if todo else ''}")
+        todo = f"; compiled at first use, where the model takes them (docs/first-start): {', '.join(left)}"
+        log.note(f"FlashInfer modules for sm_120: {done}{todo if left else ''}")
     elif manifest.get("note"):
         log.note(f"FlashInfer modules for sm_120: {manifest['note']}")

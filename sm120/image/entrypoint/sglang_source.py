@@ -144,8 +144,6 @@ class InstalledSGLang:
         found_any = False
         while todo and missing:
             current = todo.pop()
-            if current in seen:
-                continue
             seen.add(current)
             for cls in self._classes(current):
                 found_any = True
@@ -154,7 +152,7 @@ class InstalledSGLang:
                 if "__getattr__" in members:
                     return None
                 missing -= members
-                todo.extend(base for b in cls.bases if (base := _base_name(b)))
+                todo.extend(base for b in cls.bases if (base := _base_name(b)) and base not in seen)
         return sorted(missing) if found_any else None
 
 

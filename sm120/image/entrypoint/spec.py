@@ -74,12 +74,9 @@ class ModeSpec:
 
     def describe_draft_tree(self) -> str:
         """One line for --help and --dry-run: which draft tree applies and why."""
-        tree = self.draft_tree
-        what = (
-            f"steps {tree[0]}, top-k {tree[1]}, draft tokens {tree[2]}"
-            if tree is not None
-            else "SGLang's own choice (no --speculative-num-steps/-eagle-topk/-num-draft-tokens given)"
-        )
+        what = "SGLang's own choice (no --speculative-num-steps/-eagle-topk/-num-draft-tokens given)"
+        if (tree := self.draft_tree) is not None:
+            what = f"steps {tree[0]}, top-k {tree[1]}, draft tokens {tree[2]}"
         return f"{what}: {self.draft_tree_reason}"
 
 
@@ -109,9 +106,8 @@ class RuntimeRuleSpec:
     reason: str
 
     def __post_init__(self) -> None:
-        for condition in self.when:
-            if condition not in CONDITIONS:
-                raise SpecError(f".when has {condition!r} (known: {', '.join(CONDITIONS)})")
+        if unknown := [condition for condition in self.when if condition not in CONDITIONS]:
+            raise SpecError(f".when has {unknown[0]!r} (known: {', '.join(CONDITIONS)})")
 
 
 @dataclass(frozen=True)
@@ -171,16 +167,13 @@ def _value(hint: Any, value: Any, where: str) -> Any:
         return _value(hint, value, where)
     if is_dataclass(hint):
         return decode(hint, value, where)
+    kind = origin or hint  # list[X] and dict[K, V]: a list, an object (any Mapping)
+    if not isinstance(value, Mapping if kind is dict else kind) or (kind is int and isinstance(value, bool)):
+        raise SpecError(f"{where} is {_kind(value)}, not {_NAMES.get(kind, kind.__name__)}")
     if origin is list:
-        if not isinstance(value, list):
-            raise SpecError(f"{where} is {_kind(value)}, not a list")
         return [_value(args[0], item, f"{where}[{i}]") for i, item in enumerate(value)]
     if origin is dict:
-        if not isinstance(value, Mapping):
-            raise SpecError(f"{where} is {_kind(value)}, not an object")
         return {key: _value(args[1], item, f"{where}.{key}") for key, item in value.items()}
-    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
-        raise SpecError(f"{where} is {_kind(value)}, not {_NAMES.get(hint, hint.__name__)}")
     return value
 
 
@@ -195,12 +188,9 @@ def decode(cls: type[T], data: Any, where: str = "entrypoint") -> T:
         raise SpecError(f"{where} has the unknown key {unknown[0]!r} (known: {', '.join(names)})")
     values = {}
     for name in names:
-        if name in data:
-            values[name] = _value(hints[name], data[name], f"{where}.{name}")
-        elif NoneType in typing.get_args(hints[name]):
-            values[name] = None
-        else:
+        if name not in data and NoneType not in typing.get_args(hints[name]):
             raise SpecError(f"{where}.{name} is missing")
+        values[name] = _value(hints[name], data[name], f"{where}.{name}") if name in data else None
     try:
         return cls(**values)
     except SpecError as exc:
