@@ -45,6 +45,9 @@ class Parser(argparse.ArgumentParser):
 
     _given: Sequence[str] = ()
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # every command's description as its docstring lays it out
+        super().__init__(*args, **{"formatter_class": argparse.RawDescriptionHelpFormatter, **kwargs})
+
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
         self._given = list(sys.argv[1:] if args is None else args)
         namespace, extras = super().parse_known_args(args, namespace)

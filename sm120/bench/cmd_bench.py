@@ -49,7 +49,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="benchmark a SGLang server or the image under load (baseline vs EAGLE-3, bench_serving)",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_args(p, sglang=False, profile=False)
     target = p.add_mutually_exclusive_group(required=True)

@@ -28,12 +28,7 @@ MATRIX_FLOOR = "0.5.9"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "patches",
-        help="check, apply or survey the SGLang patches",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = sub.add_parser("patches", help="check, apply or survey the SGLang patches", description=__doc__)
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     check = actions.add_parser("check", help="check each patch against a release's source (no changes)")

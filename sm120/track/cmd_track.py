@@ -30,12 +30,7 @@ T1_TESTS = cfg.ROOT / "tests" / "upstream"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "track",
-        help="add a track for a new SGLang release, or check one",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = sub.add_parser("track", help="add a track for a new SGLang release, or check one", description=__doc__)
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     add = actions.add_parser("add", help='write [tracks."VERSION"] into build.toml from the facts on PyPI')
