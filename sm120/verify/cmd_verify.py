@@ -40,10 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def check_junit(path: Path | None) -> None:
+def check_junit(path: Path) -> None:
     """--junit must be a file this user can write: found before the suite runs, not after it."""
-    if path is None:
-        return
     if path.is_dir():
         raise UsageError(f"--junit {path}: a directory; give a file name, e.g. {path / 'verify.xml'}")
     if path.parent.exists() and not path.parent.is_dir():
@@ -60,7 +58,8 @@ def check_junit(path: Path | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     gpus = None if args.gpus is None else gpu_ids.check_gpus(args.gpus, "--gpus")  # before Docker is asked
-    check_junit(args.junit)
+    if args.junit is not None:
+        check_junit(args.junit)
     extra_env = {"SM120_VERIFY_GPUS": gpus} if gpus else {}
     from sm120.verify import runner  # here, not at the top: the docker SDK; build.py's other commands run without it
 
