@@ -4,15 +4,15 @@
 # every other reader for a moment. Here a loop of `docker exec` keeps starting that init in a container of the image
 # while the scan runs N times; the scan the test had before (one read a file, no retry) runs beside it as the control.
 #
-#   tests/compose/scan_race.sh [IMAGE] [N]    # IMAGE: the default track's offline image; N: 50
+#   tests/compose/scan_race.sh [IMAGE] [N]    # IMAGE: the default track's offline image (the plan's tag); N: 50
 #
 # Exits 0 only when every scan read every file (or saw its process go) and found no key. Not a test module.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-image=${1:-sglang-sm120:0.5.23-cu13.0.1-offline}
-n=${2:-50}
 py=.venv/bin/python
 [ -x "$py" ] || py=python3
+image=${1:-$("$py" build.py plan --profile offline --json | "$py" -c 'import json, sys; print(json.load(sys.stdin)["tags"][0])')}
+n=${2:-50}
 key=$(mktemp)
 head -c 24 /dev/urandom | base64 > "$key"
 chmod 644 "$key"
