@@ -41,6 +41,7 @@ OVERRIDES = {
     "head_dims": "FLASH_ATTN_HEAD_DIMS",
     "dtypes": "FLASH_ATTN_DTYPES",
     "backward": "FLASH_ATTN_BACKWARD",
+    "split_kv": "FLASH_ATTN_SPLIT_KV",
     "cxx_std": "CXX_STD",
     "patches": "FLASH_ATTN_PATCHES",
 }

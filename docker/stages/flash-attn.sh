@@ -5,8 +5,8 @@
 #
 # Environment (build args from the plan):
 #   FLASH_ATTN_VERSION, FLASH_ATTN_CUDA_ARCHS ("120"), FLASH_ATTN_HEAD_DIMS ("128" or "32,...,256"),
-#   FLASH_ATTN_DTYPES ("bf16"), FLASH_ATTN_BACKWARD (0/1), FLASH_ATTN_PATCHES (space-separated paths under
-#   PATCH_ROOT, applied in order), CXX_STD (17/20), OUT_DIR,
+#   FLASH_ATTN_DTYPES ("bf16"), FLASH_ATTN_BACKWARD (0/1), FLASH_ATTN_SPLIT_KV (0/1),
+#   FLASH_ATTN_PATCHES (space-separated paths under PATCH_ROOT, applied in order), CXX_STD (17/20), OUT_DIR,
 #   FLASH_ATTN_ALLOW_CUDA_MISMATCH (1 only for a stand-in track: a CUDA 12 torch with a CUDA 13 nvcc).
 #   Optional: FLASH_ATTN_SDIST (a downloaded sdist: no network needed), WHEELHOUSE (prebuilt wheels).
 # Parallelism: FLASH_ATTN_MAX_JOBS and NVCC_THREADS from the build_jobs secret (load_build_jobs), else MAX_JOBS
@@ -18,7 +18,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/common.sh"
 
 : "${FLASH_ATTN_VERSION:?}" "${FLASH_ATTN_CUDA_ARCHS:?}" "${FLASH_ATTN_HEAD_DIMS:?}" "${FLASH_ATTN_DTYPES:?}"
-: "${FLASH_ATTN_BACKWARD:?}" "${CXX_STD:?}" "${OUT_DIR:?}"
+: "${FLASH_ATTN_BACKWARD:?}" "${FLASH_ATTN_SPLIT_KV:?}" "${CXX_STD:?}" "${OUT_DIR:?}"
 PATCH_ROOT=${PATCH_ROOT:-$here}
 mkdir -p "$OUT_DIR"
 load_build_jobs
@@ -57,11 +57,11 @@ if command -v ccache >/dev/null; then
     export PYTORCH_NVCC="ccache nvcc"
 fi
 export FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CXX_STD="$CXX_STD" \
-       FLASH_ATTN_CUDA_ARCHS FLASH_ATTN_HEAD_DIMS FLASH_ATTN_DTYPES FLASH_ATTN_BACKWARD \
+       FLASH_ATTN_CUDA_ARCHS FLASH_ATTN_HEAD_DIMS FLASH_ATTN_DTYPES FLASH_ATTN_BACKWARD FLASH_ATTN_SPLIT_KV \
        FLASH_ATTN_ALLOW_CUDA_MISMATCH="${FLASH_ATTN_ALLOW_CUDA_MISMATCH:-0}" \
        MAX_JOBS NVCC_THREADS
 log "compiling for sm_${FLASH_ATTN_CUDA_ARCHS//;/, sm_}: head dims $FLASH_ATTN_HEAD_DIMS, $FLASH_ATTN_DTYPES," \
-    "backward=$FLASH_ATTN_BACKWARD, C++$CXX_STD, MAX_JOBS=$MAX_JOBS, NVCC_THREADS=$NVCC_THREADS"
+    "backward=$FLASH_ATTN_BACKWARD, split_kv=$FLASH_ATTN_SPLIT_KV, C++$CXX_STD, MAX_JOBS=$MAX_JOBS, NVCC_THREADS=$NVCC_THREADS"
 started=$(date +%s)
 # The full log goes to a file; BuildKit's output shows ninja's progress, one line per compiled file.
 set +e +o pipefail

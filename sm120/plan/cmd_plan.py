@@ -64,7 +64,8 @@ def render(plan: Plan, differences: list[tuple[str, Any, Any]], published: str) 
         f"flashinfer       {plan.flashinfer_version}",
         f"flash-attn       {flash_attn.version} compiled for {', '.join('sm_' + a for a in flash_attn.archs)}; "
         f"head dims {', '.join(map(str, flash_attn.head_dims))}; {', '.join(flash_attn.dtypes)}; "
-        f"backward {'on' if flash_attn.backward else 'off'}; C++{flash_attn.cxx_std}",
+        f"backward {'on' if flash_attn.backward else 'off'}; split-KV {'on' if flash_attn.split_kv else 'off'}; "
+        f"C++{flash_attn.cxx_std}",
         f"sgl-kernel       {sgl_kernel.package} {sgl_kernel.version} "
         f"({_INSTALL_WORDS[sgl_kernel.source]}, CUDA {sgl_kernel.cuda}, {', '.join(sgl_kernel.archs)})"
         + (wheel if sgl_kernel.wheel_url else ""),

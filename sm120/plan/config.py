@@ -315,6 +315,7 @@ class FlashAttnKernels(Strict):
     head_dims: Literal["all"] | list[Literal[HEAD_DIMS]]  # type: ignore[valid-type]
     dtypes: list[Literal["fp16", "bf16"]] = Field(min_length=1)
     backward: bool = False
+    split_kv: bool = True  # flash_fwd_split_* (paged or appended KV cache, num_splits > 1)
 
 
 class Profile(Strict):

@@ -22,17 +22,23 @@ def split(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Kernels:
-    """flash-attn's kernel subset: `head_dims=128;dtypes=bf16;backward=off`."""
+    """flash-attn's kernel subset: `head_dims=128;dtypes=bf16;backward=off;split_kv=off`."""
 
     head_dims: list[int]
     dtypes: list[str]
     backward: bool
+    split_kv: bool
+
+
+_ON_OFF = {True: "on", False: "off"}
 
 
 def _kernels(plan: Plan) -> str:
     fa = plan.flash_attn
-    backward = "on" if fa.backward else "off"
-    return f"head_dims={','.join(map(str, fa.head_dims))};dtypes={','.join(fa.dtypes)};backward={backward}"
+    return (
+        f"head_dims={','.join(map(str, fa.head_dims))};dtypes={','.join(fa.dtypes)};"
+        f"backward={_ON_OFF[fa.backward]};split_kv={_ON_OFF[fa.split_kv]}"
+    )
 
 
 def _prebuilt(plan: Plan) -> str:
@@ -46,9 +52,10 @@ def parse_kernels(text: str) -> Kernels:
             head_dims=sorted(int(d) for d in split(fields["head_dims"])),
             dtypes=sorted(split(fields["dtypes"])),
             backward={"on": True, "off": False}[fields["backward"]],
+            split_kv={"on": True, "off": False}[fields["split_kv"]],
         )
     except (KeyError, ValueError):
-        raise LabelError(f"{text!r} is not head_dims=..;dtypes=..;backward=on|off") from None
+        raise LabelError(f"{text!r} is not head_dims=..;dtypes=..;backward=on|off;split_kv=on|off") from None
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,7 @@ FACTS: tuple[Fact, ...] = (
     Fact(lambda p: ",".join(map(str, p.flash_attn.head_dims)), arg="FLASH_ATTN_HEAD_DIMS"),
     Fact(lambda p: ",".join(p.flash_attn.dtypes), arg="FLASH_ATTN_DTYPES"),
     Fact(lambda p: "1" if p.flash_attn.backward else "0", arg="FLASH_ATTN_BACKWARD"),
+    Fact(lambda p: "1" if p.flash_attn.split_kv else "0", arg="FLASH_ATTN_SPLIT_KV"),
     Fact(_kernels, label="flash-attn.kernels", field="flash_attn_kernels", read=parse_kernels),
     Fact(lambda p: " ".join(x.path for x in p.patches if x.component == "flash-attn"), arg="FLASH_ATTN_PATCHES"),
     Fact(lambda p: "1" if p.torch_cuda_differs else "0", arg="FLASH_ATTN_ALLOW_CUDA_MISMATCH"),

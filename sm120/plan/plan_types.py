@@ -64,6 +64,7 @@ class FlashAttn:
     head_dims: list[int]
     dtypes: list[str]  # "fp16", "bf16"
     backward: bool
+    split_kv: bool
     cxx_std: int
 
 

@@ -143,6 +143,7 @@ def _flash_attn(config: Config, track: Track, kernels: FlashAttnKernels) -> Flas
         head_dims=list(head_dims),
         dtypes=list(kernels.dtypes),
         backward=kernels.backward,
+        split_kv=kernels.split_kv,
         cxx_std=track.cxx_std,
     )
 

@@ -95,12 +95,14 @@ _FLASH_HEADDIM = re.compile(r"Flash_(?:fwd|bwd)_kernel_traitsILi(\d+)E")
 _FLASH_DTYPE = {"cutlass10bfloat16_t": "bf16", "cutlass6half_t": "fp16"}
 
 
-def flash_attn_subset(functions: Iterable[str]) -> tuple[list[int], list[str], bool]:
-    """(head dims, dtypes, has backward kernels) of flash-attn's compiled kernels, read from their names."""
+def flash_attn_subset(functions: Iterable[str]) -> tuple[list[int], list[str], bool, bool]:
+    """(head dims, dtypes, has backward kernels, has split-KV kernels) of flash-attn's compiled kernels, read from
+    their names."""
     names = list(functions)
     head_dims = {int(d) for name in names for d in _FLASH_HEADDIM.findall(name)}
     dtypes = {dt for name in names for token, dt in _FLASH_DTYPE.items() if token in name}
-    return sorted(head_dims), sorted(dtypes), any("flash_bwd" in n or "Flash_bwd_kernel_traits" in n for n in names)
+    backward = any("flash_bwd" in n or "Flash_bwd_kernel_traits" in n for n in names)
+    return sorted(head_dims), sorted(dtypes), backward, any("flash_fwd_splitkv" in n for n in names)
 
 
 def covers(archs: list[str], arch: str) -> bool:

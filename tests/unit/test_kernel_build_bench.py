@@ -30,7 +30,9 @@ def kernel_build(monkeypatch):
 
 
 def options(**given) -> argparse.Namespace:
-    values = dict.fromkeys(("plan", "sglang", "version", "archs", "head_dims", "dtypes", "backward", "cxx_std"))
+    values = dict.fromkeys(
+        ("plan", "sglang", "version", "archs", "head_dims", "dtypes", "backward", "split_kv", "cxx_std")
+    )
     values |= {"patches": None, "profile": "release", **given}
     return argparse.Namespace(**values)
 

@@ -250,7 +250,8 @@ def test_the_human_plan_writes_no_python_reprs(capsys):
             text = out.split("\nlabels\n")[0]  # the labels are key=value as the image carries them
             assert not re.search(r"None|'[^' ]*'|\{|\[", text), text
     rc, out, _ = run_cli(capsys, "plan", "--profile", "offline")
-    assert "  flash_attn: head_dims 128; dtypes bf16; backward off (release: head_dims all; dtypes fp16, bf16;" in out
+    want = "  flash_attn: head_dims 128; dtypes bf16; backward off; split_kv off (release: head_dims all; dtypes fp16,"
+    assert want in out
     assert "  torch_index: none (release: https://download.pytorch.org/whl/cu130)" in out
 
 

@@ -62,7 +62,7 @@ def test_labels_parse_back_to_the_plan(profile: str, track: str):
     flash_attn = plan.flash_attn
     assert expect.flash_attn == flash_attn.version and expect.flash_attn_archs == sms
     assert expect.flash_attn_kernels == exported.Kernels(
-        sorted(flash_attn.head_dims), sorted(flash_attn.dtypes), flash_attn.backward
+        sorted(flash_attn.head_dims), sorted(flash_attn.dtypes), flash_attn.backward, flash_attn.split_kv
     )
     sgl_kernel = plan.sgl_kernel
     assert (expect.sgl_kernel_package, expect.sgl_kernel, expect.sgl_kernel_archs) == (
@@ -96,6 +96,8 @@ def test_the_flash_attn_stage_gets_the_plans_kernel_subset():
     env = build_args.stage_env(plan.build_args, DOCKERFILE, "flash-attn")
     assert env["FLASH_ATTN_VERSION"] == plan.flash_attn.version
     assert env["FLASH_ATTN_HEAD_DIMS"].split(",") == [str(d) for d in plan.flash_attn.head_dims]
+    assert env["FLASH_ATTN_SPLIT_KV"] == "0" and not plan.flash_attn.split_kv  # the offline proof's smaller subset
+    assert resolve("release", CONFIG.defaults.sglang).build_args["FLASH_ATTN_SPLIT_KV"] == "1"
     assert env["CXX_STD"] == str(plan.flash_attn.cxx_std)
     assert "SGLANG_VERSION" not in env
 

@@ -35,11 +35,14 @@ def test_the_plans_labels_parse(profile: str, sglang: str):
 def test_flash_attn_subset_from_kernel_names():
     fwd = "_ZN5flash16flash_fwd_kernelI23Flash_fwd_kernel_traitsILi128ELi128ELi64ELi4ELb0ELb0EN7cutlass10bfloat16_tE"
     bwd = "_ZN5flash25flash_bwd_dq_dk_dv_loop_kernelI23Flash_bwd_kernel_traitsILi64ELi128EN7cutlass6half_tE"
-    assert elf.flash_attn_subset([fwd]) == ([128], ["bf16"], False)
-    assert elf.flash_attn_subset([fwd, bwd]) == ([64, 128], ["bf16", "fp16"], True)
-    assert exported.parse_kernels("head_dims=128;dtypes=bf16;backward=off") == exported.Kernels([128], ["bf16"], False)
-    with pytest.raises(labels.LabelError):
-        exported.parse_kernels("head_dims=all;dtypes=bf16;backward=maybe")
+    split = "_ZN5flash24flash_fwd_splitkv_kernelI23Flash_fwd_kernel_traitsILi128ELi64ELi128ELi4ELb0EN7cutlass6half_tE"
+    assert elf.flash_attn_subset([fwd]) == ([128], ["bf16"], False, False)
+    assert elf.flash_attn_subset([fwd, bwd, split]) == ([64, 128], ["bf16", "fp16"], True, True)
+    label = "head_dims=128;dtypes=bf16;backward=off;split_kv=off"
+    assert exported.parse_kernels(label) == exported.Kernels([128], ["bf16"], False, False)
+    for bad in ("head_dims=all;dtypes=bf16;backward=maybe;split_kv=on", "head_dims=128;dtypes=bf16;backward=off"):
+        with pytest.raises(labels.LabelError):
+            exported.parse_kernels(bad)
 
 
 def test_missing_and_malformed_labels():

@@ -102,13 +102,14 @@ def test_flash_attn_extensions_carry_sm_120_sass(sass, expect):
 
 def test_flash_attn_kernels_are_the_labelled_subset(sass, expect):
     """The flash-attn-kernel-subset patch by its effect: the head dims, dtypes and directions compiled are the ones
-    the label sglang-sm120.flash-attn.kernels names (read from the kernels' template arguments)."""
+    the label sglang-sm120.flash-attn.kernels names (read from the kernels' template arguments and names)."""
     want = expect.flash_attn_kernels
     for lib in sass["flash-attn"]:
-        head_dims, dtypes, backward = lib["subset"]
+        head_dims, dtypes, backward, split_kv = lib["subset"]
         assert head_dims == want.head_dims, f"{lib['library']}: head dims {head_dims}, label {want.head_dims}"
         assert dtypes == want.dtypes, f"{lib['library']}: dtypes {dtypes}, label {want.dtypes}"
         assert backward == want.backward, f"{lib['library']}: backward kernels {'present' if backward else 'absent'}"
+        assert split_kv == want.split_kv, f"{lib['library']}: split-KV kernels {'present' if split_kv else 'absent'}"
 
 
 def test_sgl_kernel_extensions_carry_sm_120a_sass(sass, expect):
