@@ -30,14 +30,13 @@ class Kernels:
     split_kv: bool
 
 
-_ON_OFF = {True: "on", False: "off"}
+_FLAGS = {"on": True, "off": False}  # the label's switches (backward, split_kv)
 
 
 def _kernels(plan: Plan) -> str:
-    fa = plan.flash_attn
-    return (
-        f"head_dims={','.join(map(str, fa.head_dims))};dtypes={','.join(fa.dtypes)};"
-        f"backward={_ON_OFF[fa.backward]};split_kv={_ON_OFF[fa.split_kv]}"
+    fa, word = plan.flash_attn, {v: k for k, v in _FLAGS.items()}
+    return f"head_dims={','.join(map(str, fa.head_dims))};dtypes={','.join(fa.dtypes)};" + ";".join(
+        f"{name}={word[getattr(fa, name)]}" for name in ("backward", "split_kv")
     )
 
 
@@ -51,8 +50,8 @@ def parse_kernels(text: str) -> Kernels:
         return Kernels(
             head_dims=sorted(int(d) for d in split(fields["head_dims"])),
             dtypes=sorted(split(fields["dtypes"])),
-            backward={"on": True, "off": False}[fields["backward"]],
-            split_kv={"on": True, "off": False}[fields["split_kv"]],
+            backward=_FLAGS[fields["backward"]],
+            split_kv=_FLAGS[fields["split_kv"]],
         )
     except (KeyError, ValueError):
         raise LabelError(f"{text!r} is not head_dims=..;dtypes=..;backward=on|off;split_kv=on|off") from None
