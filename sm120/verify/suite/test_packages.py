@@ -24,22 +24,30 @@ from sm120.verify.suite.conftest import IMAGE, REPORT
 # Import name -> distribution name whose metadata must agree (sgl_kernel's comes from the label).
 DISTRIBUTIONS = {"torch": "torch", "sglang": "sglang", "flashinfer": "flashinfer-python", "flash_attn": "flash-attn"}
 
-# Runs in the image: import each package in one interpreter (torch first: the others import it) and report
-# its version, its distribution's version and where it was imported from. Nothing is imported before.
-PROBE = """
-import importlib, importlib.metadata as md, platform, sys
-out = {"python": platform.python_version(), "executable": sys.executable, "packages": {}}
-for name, dist in DISTS:
-    rec = {}
+# Runs in the image: each distribution's installed version and the interpreter, from metadata alone (nothing is
+# imported: a check that needs only these, like a `-k` run on a relabelled image, pays no import of torch).
+METADATA = """
+import importlib.metadata as md, platform, sys
+def version(dist):
     try:
-        rec["dist_version"] = md.version(dist)
+        return md.version(dist)
     except md.PackageNotFoundError:
-        rec["dist_version"] = None
+        return None
+report({"python": platform.python_version(), "executable": sys.executable,
+        "dists": {name: version(dist) for name, dist in DISTS}})
+"""
+
+# Runs in the image: import each package in one interpreter (torch first: the others import it) and report
+# its version and where it was imported from. Nothing is imported before.
+PROBE = """
+import importlib
+out = {"packages": {}}
+for name in NAMES:
     try:
         mod = importlib.import_module(name)
-        rec.update(imported=True, version=getattr(mod, "__version__", None), file=mod.__file__)
+        rec = dict(imported=True, version=getattr(mod, "__version__", None), file=mod.__file__)
     except BaseException as exc:
-        rec.update(imported=False, error=type(exc).__name__ + ": " + " ".join(str(exc).split())[-1500:])
+        rec = dict(imported=False, error=type(exc).__name__ + ": " + " ".join(str(exc).split())[-1500:])
     out["packages"][name] = rec
 import torch
 out["torch_cuda"] = torch.version.cuda
@@ -53,20 +61,32 @@ DRIVER_ONLY = ("libcuda.so.1",)
 
 
 @pytest.fixture(scope="session")
-def probe(py, expect) -> dict:
+def installed(py, expect) -> dict:
+    """{"python", "executable", "dists": {import name: its distribution's version or None}}, read from metadata."""
     dists = [("torch", "torch"), *((n, d) for n, d in DISTRIBUTIONS.items() if n != "torch")]
     dists.insert(2, ("sgl_kernel", expect.sgl_kernel_package))
-    out = py(f"DISTS = {dists!r}\n{PROBE}", env={"CUDA_VISIBLE_DEVICES": ""})
+    out = py(f"DISTS = {dists!r}\n{METADATA}")
     REPORT.python = out["python"]
-    for name, rec in out["packages"].items():
-        REPORT.found[name] = rec.get("version") or rec.get("dist_version") or "not installed"
+    for name, version in out["dists"].items():
+        REPORT.found[name] = version or "not installed"
     return out
 
 
-def test_the_images_python_is_the_labelled_one(probe, expect, image):
-    assert probe["executable"].startswith("/opt/venv/"), f"{image.python} runs {probe['executable']}"
-    assert Version(probe["python"]).release[:2] == Version(expect.python).release[:2], (
-        f"the image's Python is {probe['python']}, the label sglang-sm120.python.version says {expect.python}"
+@pytest.fixture(scope="session")
+def probe(py, installed) -> dict:
+    """The packages imported: {"packages": {name: {imported, version, file | error, dist_version}}, "torch_cuda",
+    "cuda_available"}."""
+    out = py(f"NAMES = {list(installed['dists'])!r}\n{PROBE}", env={"CUDA_VISIBLE_DEVICES": ""})
+    for name, rec in out["packages"].items():
+        rec["dist_version"] = installed["dists"][name]
+        REPORT.found[name] = rec.get("version") or REPORT.found[name]
+    return out
+
+
+def test_the_images_python_is_the_labelled_one(installed, expect, image):
+    assert installed["executable"].startswith("/opt/venv/"), f"{image.python} runs {installed['executable']}"
+    assert Version(installed["python"]).release[:2] == Version(expect.python).release[:2], (
+        f"the image's Python is {installed['python']}, the label sglang-sm120.python.version says {expect.python}"
     )
 
 
@@ -89,13 +109,13 @@ def test_torch_is_the_labelled_cuda_build(probe, expect):
     )
 
 
-def test_sgl_kernel_is_the_labelled_distribution(probe, expect):
+def test_sgl_kernel_is_the_labelled_distribution(installed, expect):
     """The public version, and the local part (upstream's `+cu130` build) where the label pins one
     (sm120.plan.labels.is_labelled_version)."""
-    rec = probe["packages"]["sgl_kernel"]
-    assert rec["dist_version"] is not None, f"{expect.sgl_kernel_package} is not installed"
-    assert labels.is_labelled_version(rec["dist_version"], expect.sgl_kernel), (
-        f"{expect.sgl_kernel_package} {rec['dist_version']} in the image, the label says {expect.sgl_kernel}"
+    found = installed["dists"]["sgl_kernel"]
+    assert found is not None, f"{expect.sgl_kernel_package} is not installed"
+    assert labels.is_labelled_version(found, expect.sgl_kernel), (
+        f"{expect.sgl_kernel_package} {found} in the image, the label says {expect.sgl_kernel}"
     )
 
 
