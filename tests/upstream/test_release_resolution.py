@@ -130,16 +130,6 @@ def resolve(tmp: Path, python: str, requirements: list[str], *, deps: bool = Tru
     return [(i["metadata"]["name"], i["metadata"]["version"], i["metadata"].get("requires_dist") or []) for i in items]
 
 
-def resolve_each(tmp: Path, python: str, requirements: list[str]) -> dict[str, tuple[str, str, list]]:
-    """Each requirement's own distribution, without dependencies, all in one pip run: {requirement: (name, version,
-    requires_dist)}. The requirements name different distributions."""
-    if not requirements:
-        return {}
-    found = {canonicalize_name(n): (n, v, r) for n, v, r in resolve(tmp, python, requirements, deps=False)}
-    assert len(found) == len(requirements), (requirements, sorted(found))
-    return {text: found[canonicalize_name(Requirement(text).name)] for text in requirements}
-
-
 def standin_wheel(directory: Path, filename: str, requires: list[str]) -> Path:
     """A wheel that holds only its metadata (pip reads nothing else to resolve)."""
     import zipfile
@@ -169,19 +159,11 @@ def install_set(tmp: Path, plan: Plan) -> tuple[dict[str, tuple[str, str, list]]
     links.mkdir()
     notes: list[str] = []
     wanted = []
-    # The PyPI releases whose metadata the stand-ins copy, read in one pip run.
-    kernel = plan.sgl_kernel
-    alone = resolve_each(
-        tmp,
-        python,
-        [f"torch=={plan.torch_version}"] * bool(plan.torch_index)
-        + [f"{kernel.package}=={Version(kernel.version).public}"] * (kernel.source == "wheel"),
-    )
     if plan.torch_index:
         key = (plan.torch_version, plan.torch_cuda)
         if key not in CU130_REQUIREMENTS:
             pytest.fail(f"no CUDA requirement list for torch {key[0]} CUDA {key[1]}: add PyTorch's to this test")
-        torch = alone[f"torch=={plan.torch_version}"]
+        (torch,) = resolve(tmp, python, [f"torch=={plan.torch_version}"], deps=False)
         own = [r for r in torch[2] if not Requirement(r).name.startswith("nvidia-")]
         dropped = [r for r in torch[2] if r not in own]
         assert dropped and all(Requirement(r).name.endswith("-cu12") for r in dropped), dropped  # PyPI's is CUDA 12
@@ -194,9 +176,10 @@ def install_set(tmp: Path, plan: Plan) -> tuple[dict[str, tuple[str, str, list]]
         notes.append(f"torch {version}: PyPI's {plan.torch_version} requirements with PyTorch's CUDA {key[1]} list")
     else:
         wanted.append(f"torch=={plan.torch_version}")
+    kernel = plan.sgl_kernel
     if kernel.source == "wheel":
         filename = kernel.wheel_url.rsplit("/", 1)[-1].replace("%2B", "+")
-        pypi_kernel = alone[f"{kernel.package}=={Version(kernel.version).public}"]
+        (pypi_kernel,) = resolve(tmp, python, [f"{kernel.package}=={Version(kernel.version).public}"], deps=False)
         standin_wheel(links, filename, pypi_kernel[2])
         wanted.append(f"{kernel.package}=={kernel.version}")
         notes.append(f"{filename}: the Requires-Dist of PyPI's {pypi_kernel[0]} {pypi_kernel[1]}")
@@ -213,10 +196,9 @@ def apply_fixups(tmp: Path, plan: Plan, installed: dict) -> dict:
     only-if-needed upgrade)."""
     env = target_environment(plan.python_version)
     result = dict(installed)
-    alone = resolve_each(tmp, plan.python_version, [p.requirement for p in plan.fixups if p.install == "no-deps"])
     for pin in plan.fixups:
         if pin.install == "no-deps":
-            name, version, reqs = alone[pin.requirement]
+            ((name, version, reqs),) = resolve(tmp, plan.python_version, [pin.requirement], deps=False)
             result[canonicalize_name(name)] = (name, version, reqs)
             continue
         fresh = resolve(tmp, plan.python_version, [pin.requirement])
